@@ -1,0 +1,3 @@
+from mcpvisor.frontend.main import entry
+
+entry()

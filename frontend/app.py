@@ -1,0 +1,100 @@
+"""The HTTP side of the frontend: MCP endpoints, health, served by hypercorn on trio."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+from mcp.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcpvisor.frontend.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _security(host: str) -> TransportSecuritySettings | None:
+    # On loopback, refuse other Host/Origin headers: a web page must not reach the gateway by
+    # DNS rebinding. On other addresses the operator fronts it with their own proxy and names.
+    if host in _LOOPBACK:
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    return None
+
+
+async def _send_json(send: Send, status: int, body: object) -> None:
+    data = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+class FrontendApp:
+    """Dispatches requests by path to the MCP endpoints and the health endpoint."""
+
+    def __init__(self, gateway: Gateway, endpoints: dict[str, Server[Any]], host: str, max_body: int) -> None:
+        self.gateway = gateway
+        self._managers: dict[str, StreamableHTTPSessionManager] = {}
+        self._apps: dict[str, ASGIApp] = {}
+        for path, server in endpoints.items():
+            manager = StreamableHTTPSessionManager(
+                app=server,
+                security_settings=_security(host),
+                max_request_body_size=max_body,
+            )
+            self._managers[path] = manager
+            self._apps[path] = StreamableHTTPASGIApp(manager)
+
+    async def run(self, stack: AsyncExitStack) -> None:
+        """Start every endpoint's session manager on `stack`."""
+        for manager in self._managers.values():
+            await stack.enter_async_context(manager.run())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path = scope["path"].rstrip("/") or "/"
+        if (app := self._apps.get(path)) is not None:
+            await app(scope, receive, send)
+        elif path == "/healthz":
+            await _send_json(send, 200, self._health())
+        else:
+            await _send_json(send, 404, {"error": f"no endpoint at {path}", "endpoints": sorted(self._apps)})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _health(self) -> dict[str, Any]:
+        servers = {
+            view.id: {"state": str(view.state), "alive": view.alive, "tools": len(view.tools)}
+            for view in self.gateway.catalog.servers.values()
+        }
+        ready = sum(1 for s in servers.values() if s["alive"] and s["state"] == "ready")
+        return {"status": "ok", "servers_ready": ready, "servers": servers}

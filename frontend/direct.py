@@ -1,0 +1,113 @@
+"""`/mcp/direct`: every upstream tool, resource and prompt, named `server:tool` (seed 003)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+from mcp.server import CacheHint, Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcpvisor.frontend.catalog import exposed_name
+from mcpvisor.frontend.gateway import AnnouncingServer, Gateway, complete, forwardable
+from mcpvisor.wire.errors import INVALID_PARAMS
+
+# Lists change whenever an upstream does: clients must not cache them, and each tenant sees its own.
+_NO_CACHE = CacheHint(ttl_ms=0, scope="private")
+CACHE_HINTS = {
+    method: _NO_CACHE
+    for method in (
+        "tools/list",
+        "resources/list",
+        "resources/templates/list",
+        "prompts/list",
+        "resources/read",
+    )
+}
+
+
+def build_direct_server(gateway: Gateway) -> Server[Any]:
+    """The MCP server behind `/mcp/direct`."""
+    catalog = gateway.catalog
+
+    def visible():
+        return catalog.ready_servers(gateway.visible_servers())
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        gateway.remember(ctx.session)
+        tools = []
+        for view in visible():
+            for tool in view.tools:
+                tools.append({**tool, "name": exposed_name(view.id, tool["name"], catalog.name_style)})
+        return complete({"tools": tools})
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> dict[str, Any]:
+        gateway.remember(ctx.session)
+        server, tool = gateway.resolve_tool(params.name)
+        forwarded = forwardable(params)
+        forwarded["name"] = tool
+        return await gateway.forward(server, "tools/call", forwarded)
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        gateway.remember(ctx.session)
+        return complete({"resources": [r for view in visible() for r in view.resources]})
+
+    async def list_templates(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        gateway.remember(ctx.session)
+        return complete({"resourceTemplates": [t for view in visible() for t in view.templates]})
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> dict[str, Any]:
+        gateway.remember(ctx.session)
+        uri = str(params.uri)
+        server = catalog.resolve_resource(uri)
+        allowed = gateway.visible_servers()
+        if server is None or (allowed is not None and server not in allowed):
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"Unknown resource '{uri}': no connected server offers it"
+            )
+        return await gateway.forward(server, "resources/read", forwardable(params))
+
+    async def list_prompts(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        gateway.remember(ctx.session)
+        prompts = [{**p, "name": f"{view.id}:{p['name']}"} for view in visible() for p in view.prompts]
+        return complete({"prompts": prompts})
+
+    async def get_prompt(
+        ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+    ) -> dict[str, Any]:
+        gateway.remember(ctx.session)
+        target = catalog.resolve_prompt(params.name)
+        allowed = gateway.visible_servers()
+        if target is None or (allowed is not None and target[0] not in allowed):
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Unknown prompt '{params.name}': prompts are named 'server:prompt'",
+            )
+        forwarded = forwardable(params)
+        forwarded["name"] = target[1]
+        return await gateway.forward(target[0], "prompts/get", forwarded)
+
+    return AnnouncingServer(
+        "mcpvisor-direct",
+        version="0.1.0",
+        instructions="Every tool of every connected upstream MCP server, named server:tool.",
+        cache_hints=CACHE_HINTS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )

@@ -1,0 +1,161 @@
+"""What both MCP endpoints share: the catalog, routing to workers, and client notifications."""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+import trio
+from mcp.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcpvisor.frontend.catalog import Catalog, split_name
+from mcpvisor.frontend.router import Router
+from mcpvisor.frontend.spec import FrontendSpec
+from mcpvisor.wire.errors import INVALID_PARAMS, WireError
+
+log = logging.getLogger(__name__)
+
+_encode = msgspec.json.encode
+_decode_result = msgspec.json.Decoder(dict[str, Any])
+
+
+# `_meta` keys that describe the client's own connection to mcpvisor (the 2026-07-28 envelope):
+# they must not reach an upstream, whose connection is the worker's.
+_ENVELOPE_PREFIX = "io.modelcontextprotocol/"
+
+
+def forwardable(params: Any) -> dict[str, Any]:
+    """Request params as wire JSON for an upstream, without the client's connection envelope."""
+    data: dict[str, Any] = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+    meta = data.get("_meta")
+    if meta:
+        meta = {key: value for key, value in meta.items() if not key.startswith(_ENVELOPE_PREFIX)}
+        if meta:
+            data["_meta"] = meta
+        else:
+            del data["_meta"]
+    return data
+
+
+def complete(result: dict[str, Any]) -> dict[str, Any]:
+    """Mark a forwarded result as final; 2026-07-28 clients require `resultType`, older ones drop it."""
+    result.setdefault("resultType", "complete")
+    return result
+
+
+class AnnouncingServer(Server[Any]):
+    """An SDK server that tells clients its lists change (they do, whenever an upstream's does)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options
+            or NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class Gateway:
+    """Routes MCP operations to workers and keeps connected clients informed of catalog changes."""
+
+    def __init__(self, spec: FrontendSpec, catalog: Catalog) -> None:
+        self.spec = spec
+        self.catalog = catalog
+        self.router: Router | None = None
+        self._sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        self._changed = trio.Event()
+
+    # -- routing ---------------------------------------------------------------------------------
+
+    def call_timeout(self, server: str) -> float:
+        config = self.spec.servers.get(server)
+        if config is not None and config.policy.call_timeout is not None:
+            return config.policy.call_timeout
+        return self.spec.settings.call_timeout
+
+    async def forward(self, server: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Run one request on a server's upstream; MCPError with a clear message on failure."""
+        assert self.router is not None
+        try:
+            raw = await self.router.request(server, method, _encode(params), self.call_timeout(server))
+        except WireError as exc:
+            raise MCPError(code=exc.jsonrpc_code, message=exc.message) from None
+        return complete(_decode_result.decode(raw))
+
+    def visible_servers(self) -> Iterable[str] | None:
+        """Servers a client may see: enabled and not quarantined (None: all)."""
+        hidden = {
+            name for name, server in self.spec.servers.items() if server.quarantined or not server.enabled
+        }
+        return [name for name in self.catalog.servers if name not in hidden] if hidden else None
+
+    def resolve_tool(self, name: str) -> tuple[str, str]:
+        """Exposed tool name -> (server, tool), or an MCPError that says what is wrong."""
+        target = self.catalog.resolve_tool(name)
+        visible = self.visible_servers()
+        if target is not None and (visible is None or target[0] in visible):
+            return target
+        parts = split_name(name) if ":" in name else None
+        if parts is None and "__" in name:
+            server, _, tool = name.partition("__")
+            parts = (server, tool) if server and tool else None
+        if parts is None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Unknown tool '{name}': upstream tools are named 'server:tool'",
+            )
+        server, tool = parts
+        view = self.catalog.servers.get(server)
+        if view is None or (visible is not None and server not in visible):
+            known = ", ".join(sorted(self.catalog.servers)) or "none"
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"Unknown tool '{name}': no server '{server}' (servers: {known})"
+            )
+        if not view.ready:
+            raise MCPError(
+                code=-32000,
+                message=f"Tool '{name}' is unavailable: {self.catalog.describe_unavailable(server)}",
+            )
+        raise MCPError(
+            code=INVALID_PARAMS, message=f"Unknown tool '{name}': server '{server}' has no tool '{tool}'"
+        )
+
+    # -- notifications ---------------------------------------------------------------------------
+
+    def remember(self, session: ServerSession) -> None:
+        """Track a client session so catalog changes can be announced to it."""
+        self._sessions.add(session)
+
+    def catalog_changed(self) -> None:
+        self._changed.set()
+
+    async def serve_notifications(self) -> None:
+        """Tell every connected client that the lists changed, coalescing bursts."""
+        while True:
+            await self._changed.wait()
+            self._changed = trio.Event()
+            for session in list(self._sessions):
+                await self._notify(session)
+
+    async def _notify(self, session: ServerSession) -> None:
+        for send in (
+            session.send_tool_list_changed,
+            session.send_resource_list_changed,
+            session.send_prompt_list_changed,
+        ):
+            try:
+                await send()
+            except Exception as exc:  # a client that went away must not stop the others' notices
+                log.debug("dropping a client session from notifications: %s", exc)
+                self._sessions.discard(session)
+                return

@@ -1,0 +1,25 @@
+"""What the supervisor tells the frontend at exec time (JSON in the MCPVISOR_FRONTEND variable)."""
+
+from __future__ import annotations
+
+import msgspec
+from mcpvisor.supervisor.config import ServerConfig, Settings
+
+ENV_VAR = "MCPVISOR_FRONTEND"
+
+
+class FrontendSpec(msgspec.Struct, kw_only=True, frozen=True):
+    settings: Settings
+    servers: dict[str, ServerConfig]
+    calls_endpoint: str
+    control_endpoint: str
+    events_endpoint: str
+    config_path: str = ""
+
+
+def encode(spec: FrontendSpec) -> str:
+    return msgspec.json.encode(spec).decode()
+
+
+def decode(text: str) -> FrontendSpec:
+    return msgspec.json.decode(text, type=FrontendSpec)

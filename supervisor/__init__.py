@@ -1,0 +1,1 @@
+"""mcpvisor.supervisor"""

@@ -1,0 +1,3 @@
+from mcpvisor.supervisor.cli import main
+
+main()

@@ -1,0 +1,254 @@
+"""The TOML configuration: Structs that reject unknown keys, and errors that name the line."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+SECRET_REF = re.compile(r"\$\{(env|file):([^}]+)\}")
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used; the message names the file and, where known, the line."""
+
+
+class _Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    pass
+
+
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class Policy(_Strict):
+    """Per-server restart, connection and discovery policy; every field has a default."""
+
+    init_timeout: PositiveSeconds = 30.0
+    discovery_timeout: PositiveSeconds = 30.0
+    poll_interval: PositiveSeconds = 300.0
+    call_timeout: PositiveSeconds | None = None  # falls back to [mcpvisor].call_timeout
+    reconnect_backoff_max: PositiveSeconds = 60.0
+    autorestart: Literal["true", "false", "unexpected"] | bool = True
+    startsecs: Seconds = 1.0
+    startretries: Annotated[int, msgspec.Meta(ge=0)] = 5
+    backoff_max: PositiveSeconds = 300.0
+    stopsignal: Literal["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2"] = "TERM"
+    stopwaitsecs: Seconds = 10.0
+    exitcodes: list[int] = msgspec.field(default_factory=lambda: [0])
+    flap_window: PositiveSeconds = 60.0
+    flap_count: Annotated[int, msgspec.Meta(ge=2)] = 10
+    max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 64
+
+
+class ServerConfig(_Strict):
+    """One upstream MCP server: a command (stdio) or a URL (streamable HTTP or SSE)."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    transport: Literal["auto", "stdio", "streamable-http", "sse"] = "auto"
+    headers: dict[str, str] = {}
+    enabled: bool = True
+    quarantined: bool = False
+    policy: Policy = msgspec.field(default_factory=Policy)
+
+    @property
+    def kind(self) -> Literal["stdio", "streamable-http", "sse"]:
+        """The transport actually used."""
+        if self.command is not None:
+            return "stdio"
+        if self.transport == "sse" or (
+            self.transport == "auto" and (self.url or "").rstrip("/").endswith("/sse")
+        ):
+            return "sse"
+        return "streamable-http"
+
+
+class Settings(_Strict):
+    """The `[mcpvisor]` table."""
+
+    listen: str = "127.0.0.1:8080"
+    enable_direct_endpoint: bool = False
+    direct_tool_names: Literal["colon", "underscore"] = "colon"
+    tools_limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 15
+    tool_response_limit: Annotated[int, msgspec.Meta(ge=0)] = 20000
+    call_timeout: PositiveSeconds = 120.0
+    data_dir: str | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
+
+
+class Config(_Strict):
+    """The whole file."""
+
+    mcpvisor: Settings = msgspec.field(default_factory=Settings)
+    servers: dict[str, ServerConfig] = {}
+
+
+def default_data_dir() -> Path:
+    """systemd's StateDirectory, else the XDG data dir."""
+    if (sd := os.environ.get("STATE_DIRECTORY")) is not None:
+        return Path(sd.split(":")[0])
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "mcpvisor"
+
+
+def data_dir(config: Config, config_path: Path | None = None) -> Path:
+    if config.mcpvisor.data_dir:
+        path = Path(os.path.expanduser(config.mcpvisor.data_dir))
+        if not path.is_absolute() and config_path is not None:
+            path = config_path.parent / path
+        return path
+    return default_data_dir()
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"listen must be HOST:PORT, got {listen!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def load(path: Path) -> Config:
+    """Read and check a config file; raises ConfigError with a one-line message."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return loads(text, source=str(path))
+
+
+def loads(text: str, *, source: str = "<config>") -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    try:
+        config = msgspec.convert(raw, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(_locate(raw, str(exc)), text)}") from None
+    _check(config, text, source)
+    return config
+
+
+def dumps(config: Config) -> str:
+    """The config as TOML, defaults omitted."""
+    import tomli_w
+
+    return tomli_w.dumps(msgspec.to_builtins(config))
+
+
+def _check(config: Config, text: str, source: str) -> None:
+    parse_listen(config.mcpvisor.listen)
+    for name, server in config.servers.items():
+        where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
+        if not SERVER_NAME.match(name):
+            raise ConfigError(
+                f"{where}: server name {name!r} must be letters, digits, '_', '-' or '.' (no ':' or '/'),"
+                " at most 63 characters"
+            )
+        if (server.command is None) == (server.url is None):
+            raise ConfigError(f"{where}: server {name!r} needs exactly one of `command` (stdio) or `url`")
+        if server.command is not None and server.transport not in ("auto", "stdio"):
+            raise ConfigError(f"{where}: server {name!r} has a command, so its transport is stdio")
+        if server.url is not None:
+            if server.transport == "stdio":
+                raise ConfigError(f"{where}: server {name!r} has a url, so its transport cannot be stdio")
+            if not server.url.startswith(("http://", "https://")):
+                raise ConfigError(f"{where}: server {name!r}: url must start with http:// or https://")
+        for table in (server.env, server.headers):
+            for key, value in table.items():
+                for kind, ref in SECRET_REF.findall(value):
+                    if kind == "env" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ref):
+                        raise ConfigError(
+                            f"{where}: server {name!r}: {key}: bad variable name in ${{env:{ref}}}"
+                        )
+
+
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `([^`]+)`(?: - at `\$(.*)`)?")
+_AT_PATH = re.compile(r" - at `\$(.*)`$")
+
+
+def _locate(raw: dict, message: str) -> str:
+    """msgspec writes dict keys as `[...]`: find the server (and the key within it) that failed."""
+    if "$.servers[...]" not in message or not isinstance(raw.get("servers"), dict):
+        return message
+    for name, value in raw["servers"].items():
+        try:
+            msgspec.convert(value, ServerConfig)
+        except msgspec.ValidationError as exc:
+            inner = str(exc)
+            inner = (
+                inner.replace("`$", f"`$.servers['{name}']", 1)
+                if " - at `$" in inner
+                else f"{inner} - at `$.servers['{name}']`"
+            )
+            if "[...]" in inner and isinstance(value, dict):
+                for table in ("env", "headers"):
+                    bad = [k for k, v in (value.get(table) or {}).items() if not isinstance(v, str)]
+                    if bad and f".{table}[...]" in inner:
+                        inner = inner.replace(f".{table}[...]", f".{table}['{bad[0]}']")
+            return inner
+    return message
+
+
+def _describe(message: str, text: str) -> str:
+    """Turn a msgspec message into one naming the TOML key and its line."""
+    if m := _UNKNOWN_FIELD.match(message):
+        key, path = m.group(1), _split_path(m.group(2) or "")
+        line = _line_of(text, [*path, key])
+        dotted = ".".join([*path, key])
+        return f"line {line}: unknown key `{dotted}`" if line else f"unknown key `{dotted}`"
+    if m := _AT_PATH.search(message):
+        path = _split_path(m.group(1))
+        line = _line_of(text, path)
+        what = message[: m.start()]
+        dotted = ".".join(path)
+        return f"line {line}: `{dotted}`: {what}" if line else f"`{dotted}`: {what}"
+    return message
+
+
+def _split_path(path: str) -> list[str]:
+    """`.servers.time.args[0]` or `.servers['a b']` -> ['servers', 'time', 'args']."""
+    parts: list[str] = []
+    for m in re.finditer(r"\.([A-Za-z0-9_-]+)|\['((?:[^'\\]|\\.)*)'\]|\[\d+\]", path):
+        if m.group(1) is not None:
+            parts.append(m.group(1))
+        elif m.group(2) is not None:
+            parts.append(m.group(2))
+    return parts
+
+
+_TABLE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_.\"' -]+?)\s*=")
+
+
+def _normalize_key(key: str) -> list[str]:
+    return [part.strip().strip("\"'") for part in key.split(".")]
+
+
+def _line_of(text: str, path: list[str]) -> int | None:
+    """Best-effort line number of the key (or table) at `path`; None when not found."""
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if m := _TABLE.match(line):
+            table = _normalize_key(m.group(1))
+            if table == path:
+                return number
+            continue
+        if m := _KEY.match(line):
+            full = table + _normalize_key(m.group(1))
+            if full == path:
+                return number
+            # An inline table (`policy = { startsecs = 1 }`) holds the deeper key on this line.
+            if len(full) < len(path) and path[: len(full)] == full and "{" in line and path[-1] in line:
+                return number
+    return None

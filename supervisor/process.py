@@ -1,0 +1,277 @@
+"""One supervised process: spawn, watch, stop, restart, with supervisord's states.
+
+Every state change goes through `Program._set_state`, the one place that records it and emits
+the event, as supervisord's `change_state` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+from mcpvisor.supervisor.config import Policy
+from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
+from mcpvisor.wire import lifetime
+from mcpvisor.wire.states import ProcessState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to exec one process."""
+
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+
+
+def _child_setup() -> None:
+    lifetime.die_with_parent()
+
+
+class Program:
+    """A process the supervisor keeps running according to its policy."""
+
+    def __init__(
+        self,
+        name: str,
+        launch: Launch,
+        policy: Policy,
+        on_state: Callable[[Program], None],
+    ) -> None:
+        self.name = name
+        self.launch = launch
+        self.policy = policy
+        self._on_state = on_state
+        self.state = ProcessState.STOPPED
+        self.process: trio.Process | None = None
+        self.started_at = 0.0
+        self.stopped_at = 0.0
+        self.exit_code: int | None = None
+        self.retries = 0
+        self.spawn_error = ""
+        self.want_running = False
+        self.ready = trio.Event()  # set by whoever knows the process is fully up
+        self._wake = trio.Event()
+        self._flaps = FlapDetector(policy.flap_window, policy.flap_count)
+        self._stopped = trio.Event()
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Ask for the process to run; leaves FATAL (supervisord: only an explicit start does)."""
+        if self.state is ProcessState.FATAL:
+            self.retries = 0
+            self._set_state(ProcessState.STOPPED)
+        self.want_running = True
+        self._poke()
+
+    def stop(self) -> None:
+        self.want_running = False
+        self._poke()
+
+    def _poke(self) -> None:
+        self._wake.set()
+
+    async def wait_stopped(self) -> None:
+        while (
+            self.state not in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED)
+            or self.want_running
+        ):
+            await self._stopped.wait()
+            self._stopped = trio.Event()
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process is not None and self.process.returncode is None else 0
+
+    def _set_state(self, state: ProcessState) -> None:
+        if state is self.state:
+            return
+        log.info(
+            "%s: %s -> %s",
+            self.name,
+            self.state,
+            state,
+            extra={
+                "fields": {"event": "state", "name": self.name, "from": str(self.state), "to": str(state)}
+            },
+        )
+        self.state = state
+        if state in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED):
+            self._stopped.set()
+        self._on_state(self)
+
+    def description(self, now: float | None = None) -> str:
+        """supervisord's status description: `pid 4121, uptime 0:12:03`, `Exited too quickly`, ..."""
+        now = time.monotonic() if now is None else now
+        match self.state:
+            case ProcessState.RUNNING:
+                return f"pid {self.pid}, uptime {format_uptime(now - self.started_at)}"
+            case ProcessState.STARTING:
+                return f"pid {self.pid}" if self.pid else ""
+            case ProcessState.BACKOFF:
+                return self.spawn_error or "Exited too quickly (process log may have details)"
+            case ProcessState.FATAL:
+                return self.spawn_error or "Exited too quickly (process log may have details)"
+            case ProcessState.EXITED:
+                return f"exit status {self.exit_code}"
+            case ProcessState.STOPPED:
+                return "Not started" if not self.stopped_at else "stopped"
+            case _:
+                return ""
+
+    # -- the lifecycle loop ----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Run forever: start when wanted, restart by policy, stop when asked."""
+        try:
+            while True:
+                if not self.want_running:
+                    await self._wait_wake()
+                    continue
+                await self._run_once()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._terminate()
+
+    async def _wait_wake(self, timeout: float = float("inf")) -> bool:
+        """Sleep until poked or `timeout`; True when poked."""
+        with trio.move_on_after(timeout):
+            await self._wake.wait()
+            self._wake = trio.Event()
+            return True
+        return False
+
+    async def _run_once(self) -> None:
+        self._set_state(ProcessState.STARTING)
+        self.ready = trio.Event()
+        try:
+            self.process = await self._spawn()
+        except OSError as exc:
+            self.spawn_error = f"spawn error: {exc.strerror or exc}"
+            log.error("%s: %s", self.name, self.spawn_error)
+            await self._after_early_exit()
+            return
+        self.spawn_error = ""
+        self.started_at = time.monotonic()
+        self._on_state(self)  # the pid is known now
+        outcome = await self._watch(up_at=trio.current_time() + self.policy.startsecs)
+        if outcome == "up":
+            self._set_state(ProcessState.RUNNING)
+            self.retries = 0
+            outcome = await self._watch(up_at=None)
+        if outcome == "stop":
+            await self._stop_process()
+        elif self.state is ProcessState.RUNNING:
+            await self._after_exit()
+        else:
+            await self._after_early_exit()
+
+    async def _spawn(self) -> trio.Process:
+        self.launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.launch.log_path, "ab", buffering=0) as logfile:
+            env = {**self.launch.env, "MCPVISOR_PARENT_PID": str(os.getpid())}
+            return await trio.lowlevel.open_process(
+                self.launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=logfile,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_child_setup,
+            )
+
+    async def _watch(self, *, up_at: float | None) -> str:
+        """Wait for the first of: "exit", "stop" (requested), or "up" (past `up_at` and ready)."""
+        process = self.process
+        assert process is not None
+        outcome = ""
+        async with trio.open_nursery() as nursery:
+
+            def finish(what: str) -> None:
+                nonlocal outcome
+                outcome = outcome or what
+                nursery.cancel_scope.cancel()
+
+            async def on_exit() -> None:
+                await process.wait()
+                finish("exit")
+
+            async def on_stop() -> None:
+                while self.want_running:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                finish("stop")
+
+            async def on_up(deadline: float) -> None:
+                await trio.sleep_until(deadline)
+                await self.ready.wait()
+                finish("up")
+
+            nursery.start_soon(on_exit)
+            nursery.start_soon(on_stop)
+            if up_at is not None:
+                nursery.start_soon(on_up, up_at)
+        return outcome
+
+    async def _after_early_exit(self) -> None:
+        """It died before `startsecs`: BACKOFF and retry, or FATAL after the last retry."""
+        self.exit_code = self.process.returncode if self.process is not None else None
+        self.retries += 1
+        if self.retries > self.policy.startretries:
+            self.want_running = False
+            self._set_state(ProcessState.FATAL)
+            log.error("%s: gave up after %d start attempts", self.name, self.retries)
+            return
+        self._set_state(ProcessState.BACKOFF)
+        delay = backoff_delay(self.retries, self.policy.backoff_max)
+        await self._wait_wake(delay)
+
+    async def _after_exit(self) -> None:
+        """It died after it was RUNNING: EXITED, then restart by `autorestart`, slowed if flapping."""
+        assert self.process is not None
+        self.exit_code = self.process.returncode
+        self.stopped_at = time.monotonic()
+        self._set_state(ProcessState.EXITED)
+        if not should_restart(self.policy.autorestart, self.exit_code, self.policy.exitcodes):
+            self.want_running = False
+            return
+        if self._flaps.record_exit(trio.current_time()):
+            self.retries += 1
+            self.spawn_error = f"flapping: {self.policy.flap_count} exits within {self.policy.flap_window:g}s"
+            self._set_state(ProcessState.BACKOFF)
+            await self._wait_wake(backoff_delay(self.retries, self.policy.backoff_max))
+
+    async def _stop_process(self) -> None:
+        self._set_state(ProcessState.STOPPING)
+        await self._terminate()
+        self.stopped_at = time.monotonic()
+        self._set_state(ProcessState.STOPPED)
+
+    async def _terminate(self) -> None:
+        """stopsignal to the process group, `stopwaitsecs`, then SIGKILL to the group."""
+        process = self.process
+        if process is None or process.returncode is not None:
+            return
+        sig = getattr(signal, f"SIG{self.policy.stopsignal}")
+        for signum, wait in ((sig, self.policy.stopwaitsecs), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(process.pid, signum)
+            except ProcessLookupError:
+                break
+            with trio.move_on_after(wait):
+                await process.wait()
+            if process.returncode is not None:
+                break
+        self.exit_code = process.returncode

@@ -1,0 +1,414 @@
+"""The search index behind `retrieve_tools`: tokenizing, ranking, incremental updates, filtering."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from mcpvisor.frontend.search import (
+    K1,
+    NAME_WEIGHT,
+    B,
+    SearchHit,
+    ToolIndex,
+    split_identifier,
+    stem,
+    tokenize,
+)
+
+
+def tool(name: str, description: str = "", **parameters: str) -> dict[str, Any]:
+    """Build an MCP tool definition in wire form; keyword arguments become described parameters."""
+    properties = {key: {"type": "string", "description": text} for key, text in parameters.items()}
+    return {
+        "name": name,
+        "description": description,
+        "inputSchema": {"type": "object", "properties": properties},
+    }
+
+
+GITHUB = [
+    tool(
+        "create_issue",
+        "Open a new issue in a GitHub repository",
+        repo="Repository in owner/name form",
+        labels="Labels to attach",
+        assignees="Users to assign",
+    ),
+    tool("list_pull_requests", "List pull requests of a repository", repo="Repository in owner/name form"),
+    tool("merge_pull_request", "Merge a pull request", number="Pull request number"),
+]
+FILESYSTEM = [
+    tool("read_text_file", "Read the complete contents of a file as text", path="Path of the file"),
+    tool("write_file", "Create a new file or overwrite an existing one", path="Path", content="Text"),
+    tool("delete_directory", "Delete a directory and everything below it", path="Directory path"),
+    tool("list_directory", "List the entries of a directory", path="Directory path"),
+]
+SLACK = [
+    tool("send_message", "Send a message to a channel", channel="Channel id", text="Message text"),
+    tool("list_channels", "List the channels of the workspace"),
+]
+TIME = [
+    tool("get_current_time", "Get the current time in a timezone", timezone="IANA timezone name"),
+    tool("convert_time", "Convert a time between timezones", source_timezone="From", target_timezone="To"),
+]
+
+
+def catalog_index(**servers: list[dict[str, Any]]) -> ToolIndex:
+    """Index each keyword's tools under that server name, with "_" written as "-"."""
+    index = ToolIndex()
+    for server, tools in servers.items():
+        index.set_server_tools(server.replace("_", "-"), tools)
+    return index
+
+
+def full_catalog() -> ToolIndex:
+    return catalog_index(github=GITHUB, filesystem=FILESYSTEM, slack=SLACK, time=TIME)
+
+
+def ids(hits: list[SearchHit]) -> list[str]:
+    return [f"{hit.server}:{hit.tool}" for hit in hits]
+
+
+# --- Tokenizing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("list_directory_with_sizes", ["list", "directory", "with", "sizes"]),
+        ("getFileInfo", ["get", "file", "info"]),
+        ("HTTPServerError", ["http", "server", "error"]),
+        ("sequential-thinking", ["sequential", "thinking"]),
+        ("github.issues.create", ["github", "issues", "create"]),
+        ("base64Encode v2", ["base", "64", "encode", "v", "2"]),
+        ("Read the file!", ["read", "the", "file"]),
+        ("", []),
+    ],
+)
+def test_identifiers_split_at_separators_case_changes_and_digits(text: str, words: list[str]) -> None:
+    assert split_identifier(text) == words
+
+
+def test_words_outside_ascii_stay_whole_and_lowercased() -> None:
+    assert split_identifier("Données_Über") == ["données", "über"]
+
+
+def test_tokenize_drops_stop_words_and_single_letters_and_stems() -> None:
+    assert tokenize("Lists the files of a directory, e.g. /tmp") == ["list", "file", "directori", "tmp"]
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        # Examples from Porter's paper for the steps this stemmer implements.
+        ("caresses", "caress"),
+        ("ponies", "poni"),
+        ("cats", "cat"),
+        ("feed", "feed"),
+        ("agreed", "agre"),
+        ("motoring", "motor"),
+        ("sing", "sing"),
+        ("hopping", "hop"),
+        ("falling", "fall"),
+        ("hissing", "hiss"),
+        ("filing", "file"),
+        ("happy", "happi"),
+        ("sky", "sky"),
+        ("cease", "ceas"),
+        ("controll", "control"),
+    ],
+)
+def test_stemmer_follows_porter_on_inflections(word: str, expected: str) -> None:
+    assert stem(word) == expected
+
+
+@pytest.mark.parametrize(
+    "forms",
+    [
+        ("directory", "directories"),
+        ("create", "creates", "created", "creating"),
+        ("stage", "staged", "staging", "stages"),
+        ("modify", "modified", "modifies"),
+        ("timezone", "timezones"),
+        ("list", "lists", "listing", "listed"),
+    ],
+)
+def test_inflected_forms_share_one_stem(forms: tuple[str, ...]) -> None:
+    assert len({stem(form) for form in forms}) == 1
+
+
+def test_derivations_with_different_meanings_stay_apart() -> None:
+    assert stem("general") != stem("generate")
+    assert stem("relative") != stem("relation")
+
+
+# --- Ranking ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("open a ticket with labels and assignees", "github:create_issue"),
+        ("remove a folder", "filesystem:delete_directory"),
+        ("post a note to a channel", "slack:send_message"),
+        ("translate a time from one timezone to another", "time:convert_time"),
+        ("show the text inside a document", "filesystem:read_text_file"),
+        ("merge PRs", "github:merge_pull_request"),
+    ],
+)
+def test_the_right_tool_ranks_first_among_several_servers(query: str, expected: str) -> None:
+    assert ids(full_catalog().search(query, 5))[0] == expected
+
+
+def test_parameter_names_and_descriptions_are_searchable() -> None:
+    index = catalog_index(
+        api=[
+            tool("call", "Make a call", retryPolicy="How often to try again"),
+            tool("ping", "Check reachability"),
+        ]
+    )
+
+    assert ids(index.search("retry policy", 5)) == ["api:call"]
+    assert ids(index.search("try again", 5)) == ["api:call"]
+
+
+def test_titles_and_annotation_titles_are_searchable() -> None:
+    index = catalog_index(
+        shop=[
+            {"name": "op1", "title": "Refund an order"},
+            {"name": "op2", "annotations": {"title": "Cancel a subscription"}},
+        ]
+    )
+
+    assert ids(index.search("refund", 5)) == ["shop:op1"]
+    assert ids(index.search("subscription", 5)) == ["shop:op2"]
+
+
+def test_server_name_is_searchable() -> None:
+    hits = full_catalog().search("slack", 10)
+
+    assert sorted(ids(hits)) == ["slack:list_channels", "slack:send_message"]
+
+
+def test_a_word_in_the_name_outweighs_the_same_word_in_a_description() -> None:
+    index = catalog_index(
+        ops=[
+            tool("search_logs", "Find entries that match a pattern in the stored output"),
+            tool("tail", "Follow logs"),
+        ]
+    )
+
+    assert ids(index.search("logs", 5)) == ["ops:search_logs", "ops:tail"]
+
+
+def test_scores_follow_the_bm25_formula() -> None:
+    index = catalog_index(
+        x=[
+            {"name": "kiwi", "description": "apple apple"},
+            {"name": "fig", "description": "apple"},
+            {"name": "lime"},
+        ]
+    )
+    # The one-letter server name is not a term, so each document holds its name and description.
+    lengths = {"kiwi": NAME_WEIGHT + 2, "fig": NAME_WEIGHT + 1, "lime": NAME_WEIGHT}
+    average = sum(lengths.values()) / 3
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+
+    def bm25(tf: int, length: int) -> float:
+        return idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
+
+    hits = index.search("apple", 10)
+
+    assert ids(hits) == ["x:kiwi", "x:fig"]
+    assert hits[0].score == pytest.approx(bm25(2, lengths["kiwi"]), rel=1e-12)
+    assert hits[1].score == pytest.approx(bm25(1, lengths["fig"]), rel=1e-12)
+
+
+def test_the_query_word_itself_outranks_a_related_word() -> None:
+    index = catalog_index(
+        store=[tool("remove_item", "Drops one item"), tool("delete_item", "Drops one item")]
+    )
+
+    assert ids(index.search("remove", 5)) == ["store:remove_item", "store:delete_item"]
+
+
+def test_related_words_can_be_switched_off() -> None:
+    index = ToolIndex(expand_related=False)
+    index.set_server_tools("fs", FILESYSTEM)
+
+    assert index.search("remove folder", 5) == []
+    assert ids(index.search("delete directory", 5))[0] == "fs:delete_directory"
+
+
+def test_limit_caps_the_number_of_hits() -> None:
+    index = full_catalog()
+
+    assert len(index.search("list", 10)) == 3
+    assert len(index.search("list", 2)) == 2
+    assert index.search("list", 0) == []
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t", "the of and", "?!", "a b c"])
+def test_a_blank_or_stop_word_query_finds_nothing(query: str) -> None:
+    assert full_catalog().search(query, 10) == []
+
+
+def test_an_empty_index_finds_nothing() -> None:
+    index = ToolIndex()
+
+    assert len(index) == 0
+    assert index.search("file", 10) == []
+
+
+def test_tools_without_any_searchable_word_match_nothing() -> None:
+    index = catalog_index(x=[{"name": "a"}, {"name": "b", "description": "the of"}])
+
+    assert len(index) == 2
+    assert index.search("anything at all", 10) == []
+
+
+def test_scores_are_positive_and_descending() -> None:
+    hits = full_catalog().search("list the directory of a repository", 10)
+
+    assert len(hits) >= 3
+    assert all(hit.score > 0 for hit in hits)
+    assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
+
+
+def test_ties_are_ordered_by_server_and_tool_name_whatever_the_insertion_order() -> None:
+    same = [tool("zeta", "Upload a blob"), tool("alpha", "Upload a blob")]
+    forward = catalog_index(b_store=same, a_store=same)
+    backward = catalog_index(a_store=same[::-1], b_store=same[::-1])
+
+    hits = forward.search("upload blob", 10)
+
+    assert ids(hits) == ["a-store:alpha", "a-store:zeta", "b-store:alpha", "b-store:zeta"]
+    assert len({hit.score for hit in hits}) == 1
+    assert backward.search("upload blob", 10) == hits
+
+
+# --- Updates ------------------------------------------------------------------------------------
+
+
+def test_len_counts_tools_across_servers() -> None:
+    assert len(full_catalog()) == len(GITHUB) + len(FILESYSTEM) + len(SLACK) + len(TIME)
+
+
+def test_replacing_one_servers_tools_changes_only_its_results() -> None:
+    index = full_catalog()
+    slack_before = ids(index.search("channel message", 10))
+
+    index.set_server_tools("github", [tool("create_gist", "Share a snippet as a gist")])
+
+    assert ids(index.search("gist", 10)) == ["github:create_gist"]
+    assert index.search("pull request", 10) == []
+    assert ids(index.search("channel message", 10)) == slack_before
+    assert len(index) == 1 + len(FILESYSTEM) + len(SLACK) + len(TIME)
+
+
+def test_removing_a_server_drops_its_hits() -> None:
+    index = full_catalog()
+
+    index.remove_server("time")
+
+    assert [hit for hit in index.search("time timezone", 10) if hit.server == "time"] == []
+    assert len(index) == len(GITHUB) + len(FILESYSTEM) + len(SLACK)
+    assert index.servers() == ["filesystem", "github", "slack"]
+
+
+def test_removing_an_unknown_server_changes_nothing() -> None:
+    index = full_catalog()
+    before = index.search("list directory", 10)
+
+    index.remove_server("nonexistent")
+
+    assert index.search("list directory", 10) == before
+
+
+def test_an_empty_tool_list_removes_the_server() -> None:
+    index = full_catalog()
+
+    index.set_server_tools("slack", [])
+
+    assert "slack" not in index.servers()
+    assert index.search("channel", 10) == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "list the directory",
+        "create an issue in a repository",
+        "convert time between timezones",
+        "pull request number",
+        "delete file path",
+        "gist snippet",
+    ],
+)
+def test_scores_after_add_replace_remove_equal_those_of_a_fresh_index(query: str) -> None:
+    updated = ToolIndex()
+    updated.set_server_tools("github", GITHUB)
+    updated.set_server_tools("filesystem", FILESYSTEM)
+    updated.set_server_tools("slack", SLACK)
+    updated.set_server_tools("github", [tool("create_gist", "Share a snippet as a gist"), *GITHUB[1:]])
+    updated.set_server_tools("time", TIME)
+    updated.remove_server("slack")
+    updated.set_server_tools("filesystem", FILESYSTEM[:2])
+    updated.set_server_tools("filesystem", FILESYSTEM)
+
+    fresh = ToolIndex()
+    fresh.set_server_tools("time", TIME)
+    fresh.set_server_tools("filesystem", FILESYSTEM)
+    fresh.set_server_tools("github", [tool("create_gist", "Share a snippet as a gist"), *GITHUB[1:]])
+
+    expected = fresh.search(query, 20)
+    assert expected, "the query should match something in the final catalog"
+    assert updated.search(query, 20) == expected
+    assert len(updated) == len(fresh)
+
+
+def test_entries_without_a_name_are_skipped_and_a_repeated_name_keeps_the_last() -> None:
+    index = ToolIndex()
+    index.set_server_tools(
+        "odd",
+        [
+            {"description": "no name at all"},
+            {"name": 42, "description": "a number for a name"},
+            {"name": "dup", "description": "first version about apples"},
+            {"name": "dup", "description": "second version about pears"},
+            {"name": "weird", "inputSchema": {"properties": ["not", "a", "mapping"]}},
+        ],
+    )
+
+    assert len(index) == 2
+    assert index.search("apples", 5) == []
+    assert ids(index.search("pears", 5)) == ["odd:dup"]
+    assert index.search("name number", 5) == []
+
+
+# --- Filtering by server ------------------------------------------------------------------------
+
+
+def test_servers_filter_keeps_only_the_named_servers() -> None:
+    index = full_catalog()
+
+    hits = index.search("list", 10, servers={"slack", "github"})
+
+    assert ids(hits) and {hit.server for hit in hits} == {"slack", "github"}
+
+
+def test_servers_filter_does_not_change_scores() -> None:
+    index = full_catalog()
+    unfiltered = {f"{hit.server}:{hit.tool}": hit.score for hit in index.search("list", 10)}
+
+    for hit in index.search("list", 10, servers=["filesystem"]):
+        assert hit.score == unfiltered[f"{hit.server}:{hit.tool}"]
+
+
+def test_servers_filter_with_no_known_server_finds_nothing() -> None:
+    index = full_catalog()
+
+    assert index.search("list", 10, servers=[]) == []
+    assert index.search("list", 10, servers=["quarantined-and-gone"]) == []

@@ -1,0 +1,102 @@
+"""A small MCP server used as an upstream in tests: `python echo_server.py [--http PORT] [--name N]`.
+
+Tools cover what a proxy must carry unchanged: plain text, structured output with an output
+schema, annotations, errors, slow calls, and a side effect a test can observe (`touch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel
+
+
+class Weather(BaseModel):
+    city: str
+    temperature: float
+    conditions: str
+
+
+def build(name: str) -> MCPServer:
+    server = MCPServer(name, instructions=f"test upstream {name}")
+
+    @server.tool(description="Echo the text back.", annotations=ToolAnnotations(readOnlyHint=True))
+    def echo(text: str) -> str:
+        return text
+
+    @server.tool(description="Add two integers.", meta={"origin": "tests"})
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @server.tool(title="Weather report", description="Structured weather for a city.")
+    def weather(city: str) -> Weather:
+        return Weather(city=city, temperature=21.5, conditions="sunny")
+
+    @server.tool(description="Sleep for a number of seconds, then answer.")
+    async def slow(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return f"slept {seconds}"
+
+    @server.tool(description="Always fails.")
+    def fail(message: str = "boom") -> str:
+        raise ValueError(message)
+
+    @server.tool(
+        description="Create a file at the given path (a side effect tests can observe).",
+        annotations=ToolAnnotations(destructiveHint=True),
+    )
+    def touch(path: str) -> str:
+        Path(path).write_text(f"{name} {time.time()}\n")
+        return f"touched {path}"
+
+    @server.tool(description="The process id of this upstream.")
+    def pid() -> int:
+        return os.getpid()
+
+    @server.tool(description="Return a text of the given length.")
+    def long_text(length: int) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in range(length))
+
+    @server.resource("test://readme", name="readme", description="A fixed text", mime_type="text/plain")
+    def readme() -> str:
+        return f"readme of {name}"
+
+    @server.resource("test://items/{item_id}", name="item", description="One item by id")
+    def item(item_id: str) -> str:
+        return f"item {item_id} of {name}"
+
+    @server.prompt(description="Greet someone.")
+    def greet(who: str) -> str:
+        return f"Say hello to {who} from {name}."
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--name", default="echo")
+    parser.add_argument("--http", type=int, help="serve streamable HTTP on this port instead of stdio")
+    parser.add_argument("--sse", type=int, help="serve legacy SSE on this port instead of stdio")
+    parser.add_argument("--exit-at-once", action="store_true", help="exit with status 3 before serving")
+    args = parser.parse_args()
+    if args.exit_at_once:
+        print("exiting at once, as asked", file=sys.stderr)
+        sys.exit(3)
+    server = build(args.name)
+    if args.http:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse:
+        server.run("sse", host="127.0.0.1", port=args.sse)
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Messages between mcpvisor's processes: one tagged union per channel.
+
+MCP payloads (params, results, catalogs) never live in these Structs: they travel as opaque JSON
+bytes in a frame of their own, so a process that only forwards them never decodes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from mcpvisor.wire.errors import ErrorCode
+from mcpvisor.wire.states import ProcessState, UpstreamState
+
+
+class _Msg(msgspec.Struct, tag_field="t", frozen=True, kw_only=True, omit_defaults=True):
+    pass
+
+
+# ---- calls channel: frontend ROUTER <-> worker DEALERs -------------------------------------------
+
+
+class Heartbeat(_Msg, tag="hb"):
+    """Worker -> frontend, every second: I am alive; this is my catalog version."""
+
+    pid: int
+    catalog_seq: int
+    state: UpstreamState
+
+
+class SnapshotRequest(_Msg, tag="snapreq"):
+    """Frontend -> worker: send your catalog (the frontend restarted or missed one)."""
+
+
+class Snapshot(_Msg, tag="snap"):
+    """Worker -> frontend: upstream state and catalog; payload: JSON catalog (see workers.catalog)."""
+
+    pid: int
+    catalog_seq: int
+    state: UpstreamState
+    error: str = ""
+    server_name: str = ""  # the upstream's own serverInfo.name, informational
+
+
+class Request(_Msg, tag="req"):
+    """Frontend -> worker: run an MCP request upstream; payload: the JSON params."""
+
+    id: int
+    method: str
+    timeout: float
+
+
+class Cancel(_Msg, tag="cancel"):
+    """Frontend -> worker: the client gave up on request `id`."""
+
+    id: int
+    reason: str = ""
+
+
+class Response(_Msg, tag="res"):
+    """Worker -> frontend: request `id` succeeded; payload: the JSON result."""
+
+    id: int
+
+
+class Failure(_Msg, tag="fail"):
+    """Worker -> frontend: request `id` failed."""
+
+    id: int
+    code: ErrorCode
+    message: str
+    mcp_code: int | None = None
+
+
+CallsMessage = Heartbeat | SnapshotRequest | Snapshot | Request | Cancel | Response | Failure
+
+
+# ---- control channel: supervisor ROUTER <-> ctl / frontend / worker DEALERs ---------------------
+
+
+class Command(_Msg, tag="cmd"):
+    """A control command, as `mcpvisor ctl` sends it."""
+
+    id: int
+    name: str
+    args: list[str] = []
+
+
+class Reply(_Msg, tag="reply"):
+    """The answer to a Command: `result` is command-specific JSON-able data."""
+
+    id: int
+    ok: bool
+    result: Any = None
+    error: str = ""
+    exit_code: int = 0
+
+
+ControlMessage = Command | Reply
+
+
+# ---- events: supervisor PUB, topic `process.<name>.<event>` --------------------------------------
+
+
+class ProcessEvent(_Msg, tag="proc"):
+    """A process changed state."""
+
+    name: str
+    state: ProcessState
+    pid: int = 0
+    description: str = ""
+
+
+EventMessage = ProcessEvent

@@ -1,0 +1,179 @@
+"""A pyzmq socket driven by trio.
+
+pyzmq has no trio integration, so this adapter owns the rules that make one correct:
+
+- `zmq.FD` is edge-triggered: it signals that `zmq.EVENTS` may have changed, not that a message
+  is waiting. So `EVENTS` is checked before every wait, and the receive side drains with
+  `NOBLOCK` until `zmq.Again`.
+- A send can process the socket's pending commands and so consume the read edge: after every
+  send, `POLLIN` is checked again and a parked receiver is woken.
+- Only one task may wait on the FD at a time (trio forbids two waiters on one fd); other tasks
+  park on a lot that the FD waiter releases.
+- ROUTER sockets get `ROUTER_MANDATORY`: at the high-water mark a ROUTER otherwise drops messages
+  without a word, and an unknown peer is an error rather than silence.
+- `trio.lowlevel.notify_closing` is called before the socket closes, so no task is left waiting
+  on a dead fd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+import zmq
+
+
+class ZSocket:
+    """Async send/receive over one ZeroMQ socket. One task owns the receive side."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._sock = sock
+        self._fd: int = sock.getsockopt(zmq.FD)
+        self._lot = trio.lowlevel.ParkingLot()
+        self._fd_wait_scope: trio.CancelScope | None = None
+        self._closed = False
+        self._pollout_waiters = 0
+        sock.setsockopt(zmq.LINGER, 0)
+        if sock.socket_type == zmq.ROUTER:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+
+    @property
+    def zmq_socket(self) -> zmq.Socket:
+        return self._sock
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    def _events(self) -> int:
+        try:
+            return self._sock.getsockopt(zmq.EVENTS)
+        except zmq.ZMQError as exc:
+            if self._closed or exc.errno == zmq.ENOTSOCK:
+                raise trio.ClosedResourceError("socket closed") from None
+            raise
+
+    async def _wait_for(self, flag: int) -> None:
+        """Return once `EVENTS` shows `flag`; at most one task waits on the fd itself."""
+        if flag & zmq.POLLOUT:
+            self._pollout_waiters += 1
+            try:
+                await self._wait_loop(flag)
+            finally:
+                self._pollout_waiters -= 1
+        else:
+            await self._wait_loop(flag)
+
+    async def _wait_loop(self, flag: int) -> None:
+        while True:
+            if self._closed:
+                raise trio.ClosedResourceError("socket closed")
+            if self._events() & flag:
+                return
+            if self._fd_wait_scope is not None:
+                # Another task is on the fd; it wakes everyone whenever anything happens.
+                await self._lot.park()
+                continue
+            with trio.CancelScope() as scope:
+                self._fd_wait_scope = scope
+                try:
+                    await trio.lowlevel.wait_readable(self._fd)
+                finally:
+                    self._fd_wait_scope = None
+                    self._lot.unpark_all()
+
+    def _kick(self) -> None:
+        """After a send: if the send consumed the read edge, wake whoever waits."""
+        if self._closed:
+            return
+        events = self._events()
+        if events & zmq.POLLIN or (events & zmq.POLLOUT and self._pollout_waiters):
+            if self._fd_wait_scope is not None:
+                self._fd_wait_scope.cancel()
+            self._lot.unpark_all()
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    async def send_multipart(self, frames: Sequence[bytes]) -> None:
+        """Send one message; waits (never drops) while the peer is at its high-water mark.
+
+        Raises `zmq.ZMQError` with errno `EHOSTUNREACH` for a ROUTER peer that is not connected.
+        """
+        while True:
+            if self._closed:
+                raise trio.ClosedResourceError("socket closed")
+            try:
+                # ZeroMQ queues a multipart message atomically: once the first frame is
+                # accepted, the rest are too, so NOBLOCK cannot split a message.
+                self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                await self._wait_for(zmq.POLLOUT)
+                continue
+            self._kick()
+            await trio.lowlevel.checkpoint()
+            return
+
+    def send_multipart_nowait(self, frames: Sequence[bytes]) -> bool:
+        """Send if it can be done without waiting; False when the peer is at its high-water mark."""
+        if self._closed:
+            raise trio.ClosedResourceError("socket closed")
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        self._kick()
+        return True
+
+    # -- receiving -------------------------------------------------------------------------------
+
+    async def receive_batch(self, max_messages: int = 256) -> list[list[bytes]]:
+        """Wait for at least one message, then drain up to `max_messages` without waiting."""
+        while True:
+            batch: list[list[bytes]] = []
+            try:
+                while len(batch) < max_messages:
+                    batch.append(self._sock.recv_multipart(flags=zmq.NOBLOCK))
+            except zmq.Again:
+                pass
+            except zmq.ZMQError as exc:
+                if self._closed or exc.errno == zmq.ENOTSOCK:
+                    raise trio.ClosedResourceError("socket closed") from None
+                raise
+            if batch:
+                await trio.lowlevel.checkpoint()
+                return batch
+            await self._wait_for(zmq.POLLIN)
+
+    async def receive_multipart(self) -> list[bytes]:
+        """Receive one message. Prefer `receive_batch` in loops."""
+        while True:
+            try:
+                frames = self._sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                await self._wait_for(zmq.POLLIN)
+                continue
+            await trio.lowlevel.checkpoint()
+            return frames
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the socket, first waking every task that waits on it."""
+        if self._closed:
+            return
+        self._closed = True
+        trio.lowlevel.notify_closing(self._fd)
+        self._lot.unpark_all()
+        self._sock.close(linger=0)
+
+    async def aclose(self) -> None:
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> ZSocket:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,339 @@
+"""One upstream MCP connection: connect, initialize, discover, run requests, reconnect when lost."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import msgspec
+import trio
+from mcp.client.session import ClientSession
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
+from mcpvisor.supervisor.config import ServerConfig
+from mcpvisor.supervisor.secrets import Redactor, SecretError, resolve_all
+from mcpvisor.wire.errors import ErrorCode, WireError
+from mcpvisor.wire.states import UpstreamState
+from mcpvisor.workers.stdio import UpstreamProcessError, child_environment, open_stdio_upstream
+from pydantic import TypeAdapter, ValidationError
+
+log = logging.getLogger(__name__)
+
+CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
+
+# The requests a client may route to an upstream, and the SDK type that carries each.
+REQUEST_TYPES: dict[str, type[types.Request[Any, Any]]] = {
+    "tools/call": types.CallToolRequest,
+    "resources/read": types.ReadResourceRequest,
+    "prompts/get": types.GetPromptRequest,
+    "completion/complete": types.CompleteRequest,
+    "resources/subscribe": types.SubscribeRequest,
+    "resources/unsubscribe": types.UnsubscribeRequest,
+    "ping": types.PingRequest,
+}
+
+_RAW_RESULT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+_json = msgspec.json.Encoder()
+_MAX_PAGES = 1000  # a paginator that never ends must not hang discovery
+
+
+class _WatchedStream:
+    """A receive stream that sets `eof` when the transport closes it."""
+
+    def __init__(self, inner: Any, eof: trio.Event) -> None:
+        self._inner = inner
+        self._eof = eof
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._eof.set()
+            raise
+
+    def __aiter__(self) -> _WatchedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def __aenter__(self) -> _WatchedStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def backoff_delay(attempt: int, cap: float, *, base: float = 0.5, jitter: float = 0.1) -> float:
+    """Exponential backoff for reconnects: base * 2^attempt, capped, with a little jitter."""
+    delay = min(cap, base * math.pow(2, max(0, attempt)))
+    return delay * (1 + random.uniform(-jitter, jitter))
+
+
+class Upstream:
+    """Owns the connection to one upstream and the catalog discovered on it."""
+
+    def __init__(self, name: str, server: ServerConfig, log_dir: Path, on_change: Callable[[], None]) -> None:
+        self.name = name
+        self.server = server
+        self.log_dir = log_dir
+        self._on_change = on_change
+        self.state = UpstreamState.DISCONNECTED
+        self.error = ""
+        self.catalog = b'{"tools":[],"resources":[],"resourceTemplates":[],"prompts":[]}'
+        self.catalog_seq = 0
+        self.server_name = ""
+        self.session: ClientSession | None = None
+        self.redact = Redactor()
+        self._lost = trio.Event()
+        self._rediscover = trio.Event()
+        self._process: trio.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The upstream process's pid (stdio only)."""
+        return self._process.pid if self._process is not None and self._process.returncode is None else None
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def _set_state(self, state: UpstreamState, error: str = "") -> None:
+        if state is UpstreamState.READY:
+            error = ""
+        error = self.redact(error)
+        if (state, error) != (self.state, self.error):
+            if error:
+                log.warning("upstream %s: %s (%s)", self.name, state, error)
+            else:
+                log.info("upstream %s: %s", self.name, state)
+            self.state, self.error = state, error
+            self.catalog_seq += 1
+            self._on_change()
+
+    def _set_catalog(self, catalog: bytes) -> None:
+        if catalog != self.catalog:
+            self.catalog = catalog
+            self.catalog_seq += 1
+            self._on_change()
+
+    # -- the connection loop ---------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Connect, discover and stay connected; reconnect with backoff whenever the link is lost."""
+        attempt = 0
+        policy = self.server.policy
+        while True:
+            self._lost = trio.Event()
+            self._set_state(UpstreamState.CONNECTING, self.error)
+            try:
+                async with self._connect() as session:
+                    self.session = session
+                    attempt = 0
+                    await self._discover(session)
+                    self._set_state(UpstreamState.READY)
+                    await self._lost.wait()
+                    raise WireError(ErrorCode.UPSTREAM_GONE, "the upstream closed the connection")
+            except Exception as exc:  # the reconnect loop is the boundary: every failure becomes a state
+                message = describe_failure(exc)
+            finally:
+                self.session = None
+            self._set_state(UpstreamState.ERROR, message)
+            delay = backoff_delay(attempt, policy.reconnect_backoff_max)
+            attempt += 1
+            await trio.sleep(delay)
+
+    @asynccontextmanager
+    async def _connect(self) -> AsyncIterator[ClientSession]:
+        """Open the transport and run the initialize handshake within `init_timeout`."""
+        timeout = self.server.policy.init_timeout
+        async with AsyncExitStack() as stack:
+            read_stream, write_stream = await self._open_transport(stack)
+            session = ClientSession(
+                _WatchedStream(read_stream, self._lost),
+                write_stream,
+                client_info=CLIENT_INFO,
+                message_handler=self._on_message,
+            )
+            await stack.enter_async_context(session)
+            with trio.move_on_after(timeout) as scope:
+                result = await session.initialize()
+            if scope.cancelled_caught:
+                raise WireError(ErrorCode.TIMEOUT, f"no answer to initialize within {timeout:g}s")
+            self.server_name = result.server_info.name if result.server_info else ""
+            yield session
+
+    async def _open_transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
+        server = self.server
+        if server.kind == "stdio":
+            assert server.command is not None
+            env = child_environment(resolve_all(server.env))
+            for value in resolve_all(server.env).values():
+                self.redact.add(value)
+            read_stream, write_stream, process = await stack.enter_async_context(
+                open_stdio_upstream(
+                    server.command,
+                    server.args,
+                    env,
+                    server.cwd,
+                    self.log_dir / f"{self.name.replace('/', '.')}.stderr.log",
+                )
+            )
+            self._process = process
+            return read_stream, write_stream
+        headers = resolve_all(server.headers)
+        for value in headers.values():
+            self.redact.add(value)
+        assert server.url is not None
+        if server.kind == "sse":
+            return await stack.enter_async_context(sse_client(server.url, headers=headers))
+        http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+        return await stack.enter_async_context(streamable_http_client(server.url, http_client=http))
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ServerNotification):
+            method = message.method
+            if method in (
+                "notifications/tools/list_changed",
+                "notifications/resources/list_changed",
+                "notifications/prompts/list_changed",
+            ):
+                self._rediscover.set()
+        elif isinstance(message, Exception):
+            log.debug("upstream %s transport: %s", self.name, message)
+        await trio.lowlevel.checkpoint()
+
+    # -- discovery -------------------------------------------------------------------------------
+
+    async def _discover(self, session: ClientSession) -> None:
+        """List tools, resources, templates and prompts, following cursors, within the timeout."""
+        caps = session.server_capabilities
+        catalog: dict[str, list[dict[str, Any]]] = {
+            "tools": [],
+            "resources": [],
+            "resourceTemplates": [],
+            "prompts": [],
+        }
+        with trio.move_on_after(self.server.policy.discovery_timeout) as scope:
+            if caps is None or caps.tools is not None:
+                catalog["tools"] = await self._list_all(session.list_tools, "tools")
+            if caps is None or caps.resources is not None:
+                catalog["resources"] = await self._list_all(session.list_resources, "resources")
+                catalog["resourceTemplates"] = await self._list_all(
+                    session.list_resource_templates, "resource_templates"
+                )
+            if caps is None or caps.prompts is not None:
+                catalog["prompts"] = await self._list_all(session.list_prompts, "prompts")
+        if scope.cancelled_caught:
+            raise WireError(
+                ErrorCode.TIMEOUT,
+                f"discovery took longer than {self.server.policy.discovery_timeout:g}s",
+            )
+        self._set_catalog(_json.encode(catalog))
+
+    @staticmethod
+    async def _list_all(fetch: Callable[..., Any], field: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(_MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            result = await fetch(params=params)
+            items.extend(
+                item.model_dump(by_alias=True, mode="json", exclude_none=True)
+                for item in getattr(result, field)
+            )
+            cursor = result.next_cursor
+            if not cursor or cursor in seen:
+                break
+            seen.add(cursor)
+        return items
+
+    # -- requests --------------------------------------------------------------------------------
+
+    async def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> bytes:
+        """Run one request upstream; the JSON result as bytes, or WireError."""
+        session = self.session
+        if session is None or self.state is not UpstreamState.READY:
+            detail = f": {self.error}" if self.error else ""
+            raise WireError(ErrorCode.SERVER_UNAVAILABLE, f"server '{self.name}' is {self.state}{detail}")
+        request_type = REQUEST_TYPES.get(method)
+        if request_type is None:
+            raise WireError(ErrorCode.BAD_REQUEST, f"method {method!r} cannot be routed to an upstream")
+        try:
+            request = request_type.model_validate({"method": method, "params": params}, by_name=False)
+        except ValidationError as exc:
+            raise WireError(
+                ErrorCode.BAD_REQUEST, f"invalid params for {method}: {_first_error(exc)}"
+            ) from None
+        try:
+            raw = await session.send_request(request, _RAW_RESULT, request_read_timeout_seconds=timeout)
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                self._lost.set()
+                raise WireError(
+                    ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call"
+                ) from None
+            raise WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code) from None
+        except ValidationError as exc:
+            raise WireError(
+                ErrorCode.UPSTREAM_ERROR, f"server '{self.name}' sent an invalid result: {_first_error(exc)}"
+            ) from None
+        return _json.encode(raw)
+
+    async def serve_rediscovery(self) -> None:
+        """Rediscover on list_changed: at most one discovery in flight and one queued after it."""
+        while True:
+            await self._rediscover.wait()
+            self._rediscover = trio.Event()
+            session = self.session
+            if session is None or self.state is not UpstreamState.READY:
+                continue
+            try:
+                await self._discover(session)
+            except WireError as exc:
+                log.warning("upstream %s: rediscovery failed: %s", self.name, exc.message)
+            except MCPError as exc:
+                log.warning("upstream %s: rediscovery failed: %s", self.name, exc.message)
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for why a connection attempt failed, without a traceback."""
+    if isinstance(exc, BaseExceptionGroup):
+        return describe_failure(exc.exceptions[0])
+    if isinstance(exc, WireError):
+        return exc.message
+    if isinstance(exc, UpstreamProcessError | SecretError):
+        return str(exc)
+    if isinstance(exc, MCPError):
+        return f"upstream error {exc.code}: {exc.message}"
+    if isinstance(exc, OSError | ValidationError | anyio.BrokenResourceError | anyio.ClosedResourceError):
+        return f"{type(exc).__name__}: {exc}"
+    log.error("unexpected failure on the upstream connection", exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{where}: {first.get('msg', '')}" if where else str(first.get("msg", ""))

@@ -1,0 +1,146 @@
+"""The worker process: one upstream, reached by the frontend over a DEALER socket."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+import zmq
+from mcpvisor.wire import codec
+from mcpvisor.wire.errors import ErrorCode, WireError
+from mcpvisor.wire.messages import Cancel, Failure, Heartbeat, Request, Response, Snapshot, SnapshotRequest
+from mcpvisor.wire.zsocket import ZSocket
+from mcpvisor.workers.spec import WorkerSpec
+from mcpvisor.workers.upstream import Upstream
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL = 1.0
+_json_decode = msgspec.json.Decoder(dict[str, Any] | None)
+
+
+class Worker:
+    """Executes the requests the frontend routes to this worker's upstream."""
+
+    def __init__(self, spec: WorkerSpec, sock: ZSocket) -> None:
+        self.spec = spec
+        self.sock = sock
+        self.upstream = Upstream(spec.id, spec.server, Path(spec.log_dir), self._catalog_changed)
+        self._inflight: dict[int, trio.CancelScope] = {}
+        self._changed = trio.Event()
+        self._max_inflight = spec.server.policy.max_inflight
+        self._call_timeout = spec.server.policy.call_timeout or spec.call_timeout
+
+    def _catalog_changed(self) -> None:
+        self._changed.set()
+
+    def _snapshot(self) -> list[bytes]:
+        up = self.upstream
+        msg = Snapshot(
+            pid=os.getpid(),
+            catalog_seq=up.catalog_seq,
+            state=up.state,
+            error=up.error,
+            server_name=up.server_name,
+        )
+        return codec.calls.encode(msg, up.catalog)
+
+    async def serve(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.upstream.serve)
+            nursery.start_soon(self.upstream.serve_rediscovery)
+            nursery.start_soon(self._serve_announcements)
+            await self._serve_requests(nursery)
+
+    async def _serve_announcements(self) -> None:
+        """Push the catalog when it changes; heartbeat so a restarted frontend can ask for it."""
+        while True:
+            with trio.move_on_after(HEARTBEAT_INTERVAL):
+                await self._changed.wait()
+            if self._changed.is_set():
+                self._changed = trio.Event()
+                await self.sock.send_multipart(self._snapshot())
+            else:
+                up = self.upstream
+                beat = Heartbeat(pid=os.getpid(), catalog_seq=up.catalog_seq, state=up.state)
+                # A heartbeat is worth nothing late: drop it rather than queue behind a full pipe.
+                self.sock.send_multipart_nowait(codec.calls.encode(beat))
+
+    async def _serve_requests(self, nursery: trio.Nursery) -> None:
+        while True:
+            for frames in await self.sock.receive_batch():
+                try:
+                    msg, payload = codec.calls.decode(frames)
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    log.error("dropping an undecodable message from the frontend: %s", exc)
+                    continue
+                match msg:
+                    case Request():
+                        if len(self._inflight) >= self._max_inflight:
+                            await self._fail(msg.id, ErrorCode.BUSY, self._busy_message())
+                            continue
+                        scope = trio.CancelScope()
+                        self._inflight[msg.id] = scope
+                        nursery.start_soon(self._run_request, msg, payload, scope)
+                    case Cancel():
+                        if (scope := self._inflight.get(msg.id)) is not None:
+                            scope.cancel()
+                    case SnapshotRequest():
+                        await self.sock.send_multipart(self._snapshot())
+                    case _:
+                        log.error("unexpected message from the frontend: %s", type(msg).__name__)
+
+    def _busy_message(self) -> str:
+        return (
+            f"server '{self.spec.id}' already has {self._max_inflight} calls in flight;"
+            " retry shortly or raise policy.max_inflight"
+        )
+
+    async def _fail(
+        self, request_id: int, code: ErrorCode, message: str, mcp_code: int | None = None
+    ) -> None:
+        failure = Failure(id=request_id, code=code, message=message, mcp_code=mcp_code)
+        await self.sock.send_multipart(codec.calls.encode(failure))
+
+    async def _run_request(self, msg: Request, payload: bytes | None, scope: trio.CancelScope) -> None:
+        timeout = min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
+        try:
+            with scope:
+                try:
+                    params = _json_decode.decode(payload) if payload else None
+                except msgspec.DecodeError as exc:
+                    raise WireError(ErrorCode.BAD_REQUEST, f"params are not valid JSON: {exc}") from None
+                with trio.move_on_after(timeout) as deadline:
+                    result = await self.upstream.request(msg.method, params, timeout)
+                    await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), result))
+                    return
+                if deadline.cancelled_caught:
+                    raise WireError(
+                        ErrorCode.TIMEOUT, f"no answer from server '{self.spec.id}' within {timeout:g}s"
+                    )
+            if scope.cancelled_caught:
+                log.debug("request %d cancelled by the frontend", msg.id)
+        except WireError as exc:
+            await self._fail(msg.id, exc.code, exc.message, exc.mcp_code)
+        except Exception:  # one broken request must not take the worker down; the log has the detail
+            log.exception("request %d (%s) failed inside the worker", msg.id, msg.method)
+            await self._fail(msg.id, ErrorCode.INTERNAL, f"internal error in the worker for '{self.spec.id}'")
+        finally:
+            self._inflight.pop(msg.id, None)
+
+
+async def run(spec: WorkerSpec) -> None:
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.IDENTITY, spec.id.encode())
+    raw.connect(spec.calls_endpoint)
+    sock = ZSocket(raw)
+    try:
+        await Worker(spec, sock).serve()
+    finally:
+        sock.close()
+        ctx.term()
