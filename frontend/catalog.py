@@ -70,6 +70,7 @@ class Catalog:
         self.servers: dict[str, ServerView] = {}
         self.version = 0  # bumps on every change a client could see
         self._tool_index: dict[str, tuple[str, str]] = {}
+        self._tool_defs: dict[str, dict[str, Any]] = {}
         self._prompt_index: dict[str, tuple[str, str]] = {}
         self._resource_index: dict[str, str] = {}
 
@@ -132,6 +133,7 @@ class Catalog:
 
     def _reindex(self) -> None:
         tools: dict[str, tuple[str, str]] = {}
+        defs: dict[str, dict[str, Any]] = {}
         prompts: dict[str, tuple[str, str]] = {}
         resources: dict[str, str] = {}
         for server_id in sorted(self.servers):
@@ -144,6 +146,7 @@ class Catalog:
                     log.warning("tool name %s is exposed twice; %s keeps it", name, tools[name][0])
                     continue
                 tools[name] = (server_id, tool["name"])
+                defs[name] = tool
             for prompt in view.prompts:
                 prompts.setdefault(f"{server_id}:{prompt['name']}", (server_id, prompt["name"]))
             for resource in view.resources:
@@ -157,6 +160,7 @@ class Catalog:
                         owner,
                     )
         self._tool_index, self._prompt_index, self._resource_index = tools, prompts, resources
+        self._tool_defs = defs
 
     # -- lookups ---------------------------------------------------------------------------------
 
@@ -170,6 +174,10 @@ class Catalog:
     def resolve_tool(self, name: str) -> tuple[str, str] | None:
         """Exposed tool name -> (server id, upstream tool name)."""
         return self._tool_index.get(name)
+
+    def tool_definition(self, name: str) -> dict[str, Any] | None:
+        """The upstream's definition of an exposed tool (with its original name)."""
+        return self._tool_defs.get(name)
 
     def resolve_prompt(self, name: str) -> tuple[str, str] | None:
         return self._prompt_index.get(name)

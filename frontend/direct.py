@@ -98,8 +98,14 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         forwarded["name"] = target[1]
         return await gateway.forward(target[0], "prompts/get", forwarded)
 
+    def tool_input_schema(name: str) -> dict[str, Any] | None:
+        # Lets the 2026-07-28 HTTP path check Mcp-Param headers without listing every tool per call.
+        tool = catalog.tool_definition(name)
+        return tool.get("inputSchema") if tool is not None else None
+
     return AnnouncingServer(
         "mcpvisor-direct",
+        get_tool_input_schema=tool_input_schema,
         version="0.1.0",
         instructions="Every tool of every connected upstream MCP server, named server:tool.",
         cache_hints=CACHE_HINTS,

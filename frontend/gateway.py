@@ -51,6 +51,12 @@ def complete(result: dict[str, Any]) -> dict[str, Any]:
 class AnnouncingServer(Server[Any]):
     """An SDK server that tells clients its lists change (they do, whenever an upstream's does)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The SDK's OpenTelemetry middleware opens a span per message even with no exporter
+        # installed; on a proxy's hot path that is pure cost.
+        self.middleware = []
+
     def create_initialization_options(
         self,
         notification_options: NotificationOptions | None = None,

@@ -147,7 +147,10 @@ def dumps(config: Config) -> str:
 
 
 def _check(config: Config, text: str, source: str) -> None:
-    parse_listen(config.mcpvisor.listen)
+    try:
+        parse_listen(config.mcpvisor.listen)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'listen']) or '?'}: {exc}") from None
     for name, server in config.servers.items():
         where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
         if not SERVER_NAME.match(name):

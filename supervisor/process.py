@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,10 +32,6 @@ class Launch:
     log_path: Path
 
 
-def _child_setup() -> None:
-    lifetime.die_with_parent()
-
-
 class Program:
     """A process the supervisor keeps running according to its policy."""
 
@@ -46,19 +41,22 @@ class Program:
         launch: Launch,
         policy: Policy,
         on_state: Callable[[Program], None],
+        *,
+        needs_report: bool = False,
     ) -> None:
         self.name = name
         self.launch = launch
         self.policy = policy
         self._on_state = on_state
         self.state = ProcessState.STOPPED
-        self.process: trio.Process | None = None
+        self.process: lifetime.Child | None = None
         self.started_at = 0.0
         self.stopped_at = 0.0
         self.exit_code: int | None = None
         self.retries = 0
         self.spawn_error = ""
         self.want_running = False
+        self.needs_report = needs_report  # RUNNING only once the process says it is up
         self.ready = trio.Event()  # set by whoever knows the process is fully up
         self._wake = trio.Event()
         self._flaps = FlapDetector(policy.flap_window, policy.flap_count)
@@ -156,6 +154,8 @@ class Program:
     async def _run_once(self) -> None:
         self._set_state(ProcessState.STARTING)
         self.ready = trio.Event()
+        if not self.needs_report:
+            self.ready.set()
         try:
             self.process = await self._spawn()
         except OSError as exc:
@@ -178,19 +178,13 @@ class Program:
         else:
             await self._after_early_exit()
 
-    async def _spawn(self) -> trio.Process:
+    async def _spawn(self) -> lifetime.Child:
         self.launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.launch.log_path, "ab", buffering=0) as logfile:
             env = {**self.launch.env, "MCPVISOR_PARENT_PID": str(os.getpid())}
-            return await trio.lowlevel.open_process(
-                self.launch.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logfile,
-                stderr=logfile,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_child_setup,
-            )
+            child = lifetime.spawn(self.launch.argv, env=env, output=logfile)
+        await trio.lowlevel.checkpoint()
+        return child
 
     async def _watch(self, *, up_at: float | None) -> str:
         """Wait for the first of: "exit", "stop" (requested), or "up" (past `up_at` and ready)."""
@@ -266,9 +260,7 @@ class Program:
             return
         sig = getattr(signal, f"SIG{self.policy.stopsignal}")
         for signum, wait in ((sig, self.policy.stopwaitsecs), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(process.pid, signum)
-            except ProcessLookupError:
+            if not process.send_signal_to_group(signum):
                 break
             with trio.move_on_after(wait):
                 await process.wait()

@@ -76,7 +76,6 @@ class Supervisor:
 
     def _add_program(self, name: str, launch: Launch, policy: Policy) -> Program:
         program = Program(name, launch, policy, self._emit)
-        program.ready.set()
         self.programs[name] = program
         assert self._nursery is not None
         self._nursery.start_soon(program.serve)

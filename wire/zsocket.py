@@ -34,7 +34,7 @@ class ZSocket:
         self._closed = False
         self._pollout_waiters = 0
         sock.setsockopt(zmq.LINGER, 0)
-        if sock.socket_type == zmq.ROUTER:
+        if sock.type == zmq.ROUTER:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
 
     @property
@@ -107,7 +107,7 @@ class ZSocket:
             try:
                 # ZeroMQ queues a multipart message atomically: once the first frame is
                 # accepted, the rest are too, so NOBLOCK cannot split a message.
-                self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
             except zmq.Again:
                 await self._wait_for(zmq.POLLOUT)
                 continue
@@ -120,7 +120,7 @@ class ZSocket:
         if self._closed:
             raise trio.ClosedResourceError("socket closed")
         try:
-            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
             return False
         self._kick()

@@ -1,19 +1,18 @@
 """The stdio transport to an upstream: a child process that cannot outlive its worker.
 
 The SDK's own stdio client starts the server in a new session and leaves it running if the worker
-is killed; this one asks the kernel to SIGKILL the upstream when the worker dies
-(PR_SET_PDEATHSIG), puts it in its own process group so the whole tree can be stopped, and sends
-its stderr to a log file instead of the terminal.
+is killed; this one has the kernel SIGKILL the upstream when the worker dies (see wire.lifetime),
+puts it in its own process group so the whole tree can be stopped, and sends its stderr to a log
+file instead of the terminal.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
 import signal
-import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ import anyio
 import mcp_types as types
 import trio
 from mcp.shared.message import SessionMessage
+from mcpvisor.wire import lifetime
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +34,14 @@ _TERM_GRACE = 2.0
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ")
 
 
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
+    """The upstream's environment: a safe inherited base, then its configured `env`."""
     env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+    # Commands installed next to mcpvisor (in its virtualenv) are found without activating it.
+    here = os.path.dirname(sys.executable)
+    path = env.get("PATH", os.defpath)
+    if here not in path.split(os.pathsep):
+        env["PATH"] = os.pathsep.join([here, path])
     env.update(extra)
     return env
 
@@ -57,24 +57,18 @@ async def open_stdio_upstream(
     env: Mapping[str, str],
     cwd: str | None,
     stderr_path: Path,
-) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream, anyio.abc.ObjectSendStream, trio.Process]]:
+) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream, anyio.abc.ObjectSendStream, lifetime.Child]]:
     """Start the upstream and yield (read_stream, write_stream, process) for a ClientSession."""
     executable = shutil.which(command, path=env.get("PATH")) or command
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     with open(stderr_path, "ab", buffering=0) as stderr_file:
         try:
-            process = await trio.lowlevel.open_process(
-                [executable, *args],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr_file,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
+            process = lifetime.spawn(
+                [executable, *args], env=env, cwd=cwd, stdin_pipe=True, stdout_pipe=True, output=stderr_file
             )
         except OSError as exc:
             raise UpstreamProcessError(f"cannot start {command!r}: {exc.strerror or exc}") from None
+    await trio.lowlevel.checkpoint()
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](64)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](64)
 
@@ -131,7 +125,7 @@ async def open_stdio_upstream(
             nursery.cancel_scope.cancel()
 
 
-async def stop_process(process: trio.Process) -> None:
+async def stop_process(process: lifetime.Child) -> None:
     """The MCP shutdown sequence: close stdin, wait, TERM the group, wait, KILL the group."""
     if process.stdin is not None:
         await process.stdin.aclose()
@@ -140,9 +134,7 @@ async def stop_process(process: trio.Process) -> None:
     for sig, grace in ((signal.SIGTERM, _TERM_GRACE), (signal.SIGKILL, 5.0)):
         # Signal the group even when the leader is gone: a launcher (npx, uvx, sh) may have
         # left the real server behind in it.
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
+        if not process.send_signal_to_group(sig):
             return
         if process.returncode is None:
             with trio.move_on_after(grace):

@@ -1,0 +1,143 @@
+"""Latency and throughput of a tool call: directly to an upstream, and through mcpvisor.
+
+    python tests/bench/bench_latency.py [--calls 500] [--clients 16] [--per-client 100]
+
+Starts tests/upstreams/echo_server.py twice: once serving streamable HTTP (the direct
+connection), once over stdio behind an mcpvisor worker. Both are driven by the SDK's `Client`
+over streamable HTTP, in this one run, and the figures are printed side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+from mcp import Client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.support.stack import UPSTREAMS, echo_server, free_port, open_stack
+
+
+async def sequential(url: str, tool: str, calls: int, mode: str) -> list[float]:
+    async with Client(url, mode=mode) as client:
+        for _ in range(min(50, calls)):
+            await client.call_tool(tool, {"text": "warm-up"})
+        samples = []
+        for i in range(calls):
+            start = time.perf_counter()
+            await client.call_tool(tool, {"text": f"call {i}"})
+            samples.append((time.perf_counter() - start) * 1000)
+        return samples
+
+
+async def concurrent(url: str, tool: str, clients: int, per_client: int, mode: str) -> float:
+    """Calls per second with `clients` connected clients calling at once."""
+    ready = trio.Event()
+    connected = 0
+
+    async def one(index: int) -> None:
+        nonlocal connected
+        async with Client(url, mode=mode) as client:
+            await client.call_tool(tool, {"text": "warm-up"})
+            connected += 1
+            if connected == clients:
+                ready.set()
+            await ready.wait()
+            for i in range(per_client):
+                await client.call_tool(tool, {"text": f"{index}/{i}"})
+
+    start = 0.0
+    async with trio.open_nursery() as nursery:
+        for index in range(clients):
+            nursery.start_soon(one, index)
+        await ready.wait()
+        start = time.perf_counter()
+    return clients * per_client / (time.perf_counter() - start)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def wait_http(url: str) -> None:
+    for _ in range(100):
+        try:
+            async with Client(url, mode="legacy"):
+                return
+        except Exception:  # not up yet; any connection failure means "try again"
+            await trio.sleep(0.1)
+    raise TimeoutError(url)
+
+
+async def main(args: argparse.Namespace) -> None:
+    port = free_port()
+    direct = subprocess.Popen(
+        [sys.executable, str(UPSTREAMS / "echo_server.py"), "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    direct_url = f"http://127.0.0.1:{port}/mcp"
+    results: dict[str, dict[str, float]] = {}
+    try:
+        await wait_http(direct_url)
+        with tempfile.TemporaryDirectory() as tmp:
+            async with open_stack(Path(tmp), {"echo": echo_server()}) as stack:
+                for mode in args.modes:
+                    for label, url, tool in (
+                        ("direct", direct_url, "echo"),
+                        ("mcpvisor", stack.direct_url, "echo:echo"),
+                    ):
+                        print(f"measuring {label} ({mode}) ...", file=sys.stderr)
+                        samples = await sequential(url, tool, args.calls, mode)
+                        rate = await concurrent(url, tool, args.clients, args.per_client, mode)
+                        results[f"{label}/{mode}"] = {
+                            "p50": statistics.median(samples),
+                            "p99": percentile(samples, 0.99),
+                            "rate": rate,
+                        }
+    finally:
+        direct.kill()
+        direct.wait()
+
+    print(
+        f"\ntools/call of a small upstream tool: {args.calls} sequential calls; "
+        f"{args.clients} clients x {args.per_client} calls concurrently"
+    )
+    print(f"{'protocol':<12} {'metric':<22} {'direct':>10} {'mcpvisor':>10} {'ratio':>7}  target")
+    for mode in args.modes:
+        d, m = results[f"direct/{mode}"], results[f"mcpvisor/{mode}"]
+        era = "2026-07-28" if mode == "auto" else "2025-11-25"
+        print(
+            f"{era:<12} {'p50 latency (ms)':<22} {d['p50']:>10.2f} {m['p50']:>10.2f} {m['p50'] / d['p50']:>6.2f}x  <= 1.5x"
+        )
+        print(
+            f"{era:<12} {'p99 latency (ms)':<22} {d['p99']:>10.2f} {m['p99']:>10.2f} {m['p99'] / d['p99']:>6.2f}x"
+        )
+        print(
+            f"{era:<12} {f'calls/s, {args.clients} clients':<22} {d['rate']:>10.0f} {m['rate']:>10.0f} "
+            f"{m['rate'] / d['rate']:>6.2f}x  >= 0.7x"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--per-client", type=int, default=100)
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        default=["auto", "legacy"],
+        choices=["auto", "legacy"],
+        help="client protocol: auto (2026-07-28) and/or legacy (handshake era)",
+    )
+    trio.run(main, parser.parse_args())

@@ -1,0 +1,197 @@
+"""Start a whole mcpvisor stack (supervisor, frontend, workers, upstreams) as real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import tomli_w
+import trio
+from mcp import Client
+
+REPO = Path(__file__).resolve().parents[2]
+UPSTREAMS = REPO / "tests" / "upstreams"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def python_server(script: str, *args: str, **extra: Any) -> dict[str, Any]:
+    """A server table that runs one of tests/upstreams/ over stdio."""
+    return {"command": sys.executable, "args": [str(UPSTREAMS / script), *args], **extra}
+
+
+def echo_server(name: str = "echo", *args: str, **extra: Any) -> dict[str, Any]:
+    return python_server("echo_server.py", "--name", name, *args, **extra)
+
+
+@dataclass
+class Stack:
+    """A running mcpvisor: its supervisor process, config and where it listens."""
+
+    process: subprocess.Popen[bytes]
+    config_path: Path
+    data_dir: Path
+    run_dir: Path
+    port: int
+    env: dict[str, str]
+    clients: list[Any] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def direct_url(self) -> str:
+        return f"{self.base_url}/mcp/direct"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    def log(self, name: str) -> str:
+        path = self.data_dir / "logs" / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    async def health(self) -> dict[str, Any]:
+        async with httpx2.AsyncClient(timeout=5) as http:
+            response = await http.get(f"{self.base_url}/healthz")
+            return response.json()
+
+    async def wait_ready(self, servers: list[str], *, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait until each named server is ready behind the frontend."""
+        deadline = trio.current_time() + timeout
+        last: dict[str, Any] = {}
+        while trio.current_time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"supervisor exited with {self.process.returncode}: {self.supervisor_output()}"
+                )
+            try:
+                last = await self.health()
+            except (httpx2.TransportError, ValueError):
+                await trio.sleep(0.1)
+                continue
+            states = last.get("servers", {})
+            if all(states.get(s, {}).get("state") == "ready" and states[s].get("alive") for s in servers):
+                return last
+            await trio.sleep(0.1)
+        raise TimeoutError(f"servers {servers} not ready after {timeout}s: {last}")
+
+    def supervisor_output(self) -> str:
+        return (self.data_dir / "supervisor.out").read_text(errors="replace")
+
+    @asynccontextmanager
+    async def client(self, path: str = "/mcp/direct", **kwargs: Any) -> AsyncIterator[Client]:
+        async with Client(f"{self.base_url}{path}", **kwargs) as client:
+            yield client
+
+    def pids(self) -> set[int]:
+        """Every live process in the supervisor's tree (the supervisor included)."""
+        return descendants(self.process.pid) | {self.process.pid}
+
+
+def descendants(pid: int) -> set[int]:
+    """All processes below `pid`, from /proc (no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def write_config(path: Path, servers: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> None:
+    path.write_text(
+        tomli_w.dumps({"mcpvisor": dict(settings), "servers": {k: dict(v) for k, v in servers.items()}})
+    )
+
+
+@asynccontextmanager
+async def open_stack(
+    tmp_path: Path,
+    servers: Mapping[str, Mapping[str, Any]],
+    *,
+    settings: Mapping[str, Any] | None = None,
+    wait_for: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AsyncIterator[Stack]:
+    """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards."""
+    port = free_port()
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # ipc:// paths are limited to ~100 bytes: keep the runtime dir short.
+    run_dir = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))
+    config_path = tmp_path / "mcpvisor.toml"
+    all_settings = {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(data_dir)}
+    all_settings.update(settings or {})
+    write_config(config_path, servers, all_settings)
+    process_env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), **(env or {})}
+    process_env.pop("RUNTIME_DIRECTORY", None)
+    with open(data_dir / "supervisor.out", "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mcpvisor.supervisor", "serve", "-c", str(config_path)],
+            stdout=out,
+            stderr=out,
+            env=process_env,
+            start_new_session=True,
+        )
+    stack = Stack(process, config_path, data_dir, run_dir / "mcpvisor", port, process_env)
+    try:
+        if wait_for is None:
+            wait_for = [name for name, server in servers.items() if server.get("enabled", True)]
+        await stack.wait_ready(wait_for)
+        yield stack
+    finally:
+        await stop_stack(stack)
+
+
+async def stop_stack(stack: Stack, timeout: float = 15.0) -> None:
+    """SIGTERM the supervisor, wait for it; SIGKILL its whole tree if it does not finish."""
+    pids = stack.pids()
+    if stack.process.poll() is None:
+        stack.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while stack.process.poll() is None and time.monotonic() < deadline:
+            await trio.sleep(0.05)
+    for pid in pids | stack.pids():
+        if alive(pid):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if stack.process.poll() is None:
+        stack.process.kill()
+    stack.process.wait()
