@@ -8,6 +8,8 @@ file instead of the terminal.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import os
 import shutil
@@ -16,9 +18,11 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
+import msgspec
 import trio
 from mcp.shared.message import SessionMessage
 from mcpvisor.wire import lifetime
@@ -50,6 +54,101 @@ class UpstreamProcessError(Exception):
     """The upstream command could not be started."""
 
 
+class _Envelope(msgspec.Struct):
+    """Just enough of a JSON-RPC message to tell a pass-through reply from the rest."""
+
+    id: int | str | None = None
+    method: str | None = None
+    result: msgspec.Raw = msgspec.Raw()  # empty when absent (Raw cannot be in a union)
+    error: dict[str, Any] | None = None
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+_RAW_ID_PREFIX = "mcpvisor-"
+
+
+class RawError(Exception):
+    """The upstream answered a pass-through request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class StdioChannel:
+    """The pipes to one upstream, shared by the SDK session and the pass-through path.
+
+    Forwarded requests skip the SDK: their params go out as the JSON bytes the frontend sent and
+    their result comes back as the bytes the upstream wrote. They use string ids with a prefix of
+    their own, which never collide with the session's integer ids.
+    """
+
+    def __init__(self, process: lifetime.Child) -> None:
+        self.process = process
+        self._write_lock = trio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[str, tuple[trio.Event, list[bytes | RawError]]] = {}
+        self.closed = False
+
+    async def write_line(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        async with self._write_lock:
+            await self.process.stdin.send_all(data)
+
+    async def request(self, method: str, params: bytes | None) -> bytes:
+        """Send one request as raw JSON and wait for the raw JSON result."""
+        if self.closed:
+            raise trio.BrokenResourceError("the upstream's stdout is closed")
+        request_id = f"{_RAW_ID_PREFIX}{next(self._ids)}"
+        done, slot = self._pending[request_id] = (trio.Event(), [])
+        line = b'{"jsonrpc":"2.0","id":"' + request_id.encode() + b'","method":' + msgspec.json.encode(method)
+        line += (b',"params":' + params if params else b"") + b"}\n"
+        try:
+            await self.write_line(line)
+            await done.wait()
+        except trio.Cancelled:
+            if not done.is_set():
+                note = {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": request_id},
+                }
+                with trio.CancelScope(shield=True), contextlib.suppress(trio.BrokenResourceError, OSError):
+                    await self.write_line(msgspec.json.encode(note) + b"\n")
+            raise
+        finally:
+            del self._pending[request_id]
+        outcome = slot[0]
+        if isinstance(outcome, RawError):
+            raise outcome
+        return outcome
+
+    def take_reply(self, envelope: _Envelope) -> bool:
+        """Deliver a pass-through reply; False when the message is the session's."""
+        if not (isinstance(envelope.id, str) and envelope.id.startswith(_RAW_ID_PREFIX)) or envelope.method:
+            return False
+        pending = self._pending.get(envelope.id)
+        if pending is not None:
+            done, slot = pending
+            if envelope.error is not None:
+                slot.append(
+                    RawError(int(envelope.error.get("code", -32603)), str(envelope.error.get("message", "")))
+                )
+            else:
+                slot.append(bytes(envelope.result) if len(envelope.result) else b"{}")
+            done.set()
+        return True
+
+    def close(self) -> None:
+        """The upstream went away: fail every pass-through request in flight."""
+        self.closed = True
+        for done, slot in self._pending.values():
+            if not done.is_set():
+                slot.append(RawError(-32000, "the upstream closed the connection"))
+                done.set()
+
+
 @asynccontextmanager
 async def open_stdio_upstream(
     command: str,
@@ -57,8 +156,8 @@ async def open_stdio_upstream(
     env: Mapping[str, str],
     cwd: str | None,
     stderr_path: Path,
-) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream, anyio.abc.ObjectSendStream, lifetime.Child]]:
-    """Start the upstream and yield (read_stream, write_stream, process) for a ClientSession."""
+) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream, anyio.abc.ObjectSendStream, StdioChannel]]:
+    """Start the upstream and yield (read_stream, write_stream) for a ClientSession, and the channel."""
     executable = shutil.which(command, path=env.get("PATH")) or command
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     with open(stderr_path, "ab", buffering=0) as stderr_file:
@@ -69,48 +168,58 @@ async def open_stdio_upstream(
         except OSError as exc:
             raise UpstreamProcessError(f"cannot start {command!r}: {exc.strerror or exc}") from None
     await trio.lowlevel.checkpoint()
+    channel = StdioChannel(process)
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](64)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](64)
+
+    async def deliver(line: bytes) -> None:
+        try:
+            envelope = _envelope.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            envelope = None
+        if envelope is not None and channel.take_reply(envelope):
+            return
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError as exc:
+            log.warning("upstream wrote a line that is not JSON-RPC: %.200r", line)
+            await to_session.send(exc)
+            return
+        await to_session.send(SessionMessage(message))
 
     async def read_stdout() -> None:
         assert process.stdout is not None
         buffer = b""
-        async with to_session:
-            while True:
-                try:
-                    chunk = await process.stdout.receive_some(65536)
-                except (trio.ClosedResourceError, trio.BrokenResourceError):
-                    return
-                if not chunk:
-                    return
-                buffer += chunk
-                if b"\n" not in chunk:
-                    if len(buffer) > _MAX_LINE:
-                        await to_session.send(ValueError("upstream sent a line longer than 64 MiB"))
-                        return
-                    continue
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
+        try:
+            async with to_session:
+                while True:
                     try:
-                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                    except ValueError as exc:
-                        log.warning("upstream wrote a line that is not JSON-RPC: %.200r", line)
-                        await to_session.send(exc)
-                        continue
-                    try:
-                        await to_session.send(SessionMessage(message))
-                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        chunk = await process.stdout.receive_some(65536)
+                    except (trio.ClosedResourceError, trio.BrokenResourceError):
                         return
+                    if not chunk:
+                        return
+                    buffer += chunk
+                    if b"\n" not in chunk:
+                        if len(buffer) > _MAX_LINE:
+                            await to_session.send(ValueError("upstream sent a line longer than 64 MiB"))
+                            return
+                        continue
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            await deliver(line)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return
+        finally:
+            channel.close()
 
     async def write_stdin() -> None:
-        assert process.stdin is not None
         async with from_session:
             async for item in from_session:
                 data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
                 try:
-                    await process.stdin.send_all(data)
+                    await channel.write_line(data)
                 except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
                     return
 
@@ -118,7 +227,7 @@ async def open_stdio_upstream(
         nursery.start_soon(read_stdout)
         nursery.start_soon(write_stdin)
         try:
-            yield read_stream, write_stream, process
+            yield read_stream, write_stream, channel
         finally:
             with trio.CancelScope(shield=True):
                 await stop_process(process)

@@ -24,7 +24,13 @@ from mcpvisor.supervisor.config import ServerConfig
 from mcpvisor.supervisor.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.states import UpstreamState
-from mcpvisor.workers.stdio import UpstreamProcessError, child_environment, open_stdio_upstream
+from mcpvisor.workers.stdio import (
+    RawError,
+    StdioChannel,
+    UpstreamProcessError,
+    child_environment,
+    open_stdio_upstream,
+)
 from pydantic import TypeAdapter, ValidationError
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,10 @@ REQUEST_TYPES: dict[str, type[types.Request[Any, Any]]] = {
     "ping": types.PingRequest,
 }
 
+# Forwarded as JSON bytes on stdio upstreams, without the SDK session decoding them.
+PASS_THROUGH = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+
+_json_params = msgspec.json.Decoder(dict[str, Any] | None)
 _RAW_RESULT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _json = msgspec.json.Encoder()
 _MAX_PAGES = 1000  # a paginator that never ends must not hang discovery
@@ -106,12 +116,13 @@ class Upstream:
         self.redact = Redactor()
         self._lost = trio.Event()
         self._rediscover = trio.Event()
-        self._process: trio.Process | None = None
+        self._channel: StdioChannel | None = None
 
     @property
     def pid(self) -> int | None:
         """The upstream process's pid (stdio only)."""
-        return self._process.pid if self._process is not None and self._process.returncode is None else None
+        process = self._channel.process if self._channel is not None else None
+        return process.pid if process is not None and process.returncode is None else None
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -155,6 +166,7 @@ class Upstream:
                 message = describe_failure(exc)
             finally:
                 self.session = None
+                self._channel = None
             self._set_state(UpstreamState.ERROR, message)
             delay = backoff_delay(attempt, policy.reconnect_backoff_max)
             attempt += 1
@@ -187,7 +199,7 @@ class Upstream:
             env = child_environment(resolve_all(server.env))
             for value in resolve_all(server.env).values():
                 self.redact.add(value)
-            read_stream, write_stream, process = await stack.enter_async_context(
+            read_stream, write_stream, channel = await stack.enter_async_context(
                 open_stdio_upstream(
                     server.command,
                     server.args,
@@ -196,7 +208,7 @@ class Upstream:
                     self.log_dir / f"{self.name.replace('/', '.')}.stderr.log",
                 )
             )
-            self._process = process
+            self._channel = channel
             return read_stream, write_stream
         headers = resolve_all(server.headers)
         for value in headers.values():
@@ -268,21 +280,44 @@ class Upstream:
 
     # -- requests --------------------------------------------------------------------------------
 
-    async def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> bytes:
-        """Run one request upstream; the JSON result as bytes, or WireError."""
+    async def request(self, method: str, params: bytes | None, timeout: float) -> bytes:
+        """Run one request upstream: JSON params in, the JSON result out, or WireError."""
         session = self.session
         if session is None or self.state is not UpstreamState.READY:
             detail = f": {self.error}" if self.error else ""
             raise WireError(ErrorCode.SERVER_UNAVAILABLE, f"server '{self.name}' is {self.state}{detail}")
-        request_type = REQUEST_TYPES.get(method)
-        if request_type is None:
+        if method not in REQUEST_TYPES:
             raise WireError(ErrorCode.BAD_REQUEST, f"method {method!r} cannot be routed to an upstream")
+        channel = self._channel
+        if channel is not None and method in PASS_THROUGH:
+            return await self._request_raw(channel, method, params)
+        return await self._request_via_session(session, method, params, timeout)
+
+    async def _request_raw(self, channel: StdioChannel, method: str, params: bytes | None) -> bytes:
         try:
-            request = request_type.model_validate({"method": method, "params": params}, by_name=False)
+            return await channel.request(method, params)
+        except RawError as exc:
+            if exc.code == CONNECTION_CLOSED and channel.closed:
+                self._lost.set()
+                raise WireError(
+                    ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call"
+                ) from None
+            raise WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code) from None
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self._lost.set()
+            raise WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection") from None
+
+    async def _request_via_session(
+        self, session: ClientSession, method: str, params: bytes | None, timeout: float
+    ) -> bytes:
+        try:
+            decoded = _json_params.decode(params) if params else None
+        except msgspec.DecodeError as exc:
+            raise WireError(ErrorCode.BAD_REQUEST, f"params are not valid JSON: {exc}") from None
+        try:
+            request = REQUEST_TYPES[method].model_validate({"method": method, "params": decoded}, by_name=False)
         except ValidationError as exc:
-            raise WireError(
-                ErrorCode.BAD_REQUEST, f"invalid params for {method}: {_first_error(exc)}"
-            ) from None
+            raise WireError(ErrorCode.BAD_REQUEST, f"invalid params for {method}: {_first_error(exc)}") from None
         try:
             raw = await session.send_request(request, _RAW_RESULT, request_read_timeout_seconds=timeout)
         except MCPError as exc:

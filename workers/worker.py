@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import trio
@@ -20,7 +19,6 @@ from mcpvisor.workers.upstream import Upstream
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL = 1.0
-_json_decode = msgspec.json.Decoder(dict[str, Any] | None)
 
 
 class Worker:
@@ -110,12 +108,8 @@ class Worker:
         timeout = min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
         try:
             with scope:
-                try:
-                    params = _json_decode.decode(payload) if payload else None
-                except msgspec.DecodeError as exc:
-                    raise WireError(ErrorCode.BAD_REQUEST, f"params are not valid JSON: {exc}") from None
                 with trio.move_on_after(timeout) as deadline:
-                    result = await self.upstream.request(msg.method, params, timeout)
+                    result = await self.upstream.request(msg.method, payload, timeout)
                     await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), result))
                     return
                 if deadline.cancelled_caught:
