@@ -17,6 +17,8 @@ from typing import Any, Final, TypeAlias, Union, get_args
 import mcp_types as types
 from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
 from mcpvisor.frontend.proxy_tool import (
     JSON_MIME_TYPE,
     MAX_LIMIT,
@@ -28,7 +30,6 @@ from mcpvisor.frontend.proxy_tool import (
     ProxyRequest,
     parse_proxy_arguments,
 )
-from pydantic import BaseModel, TypeAdapter, ValidationError
 
 __all__ = [
     "ProxyClient",
@@ -120,9 +121,7 @@ class ProxyResponse:
     value: Any
 
 
-def get_embedded_resource_python_object(
-    item: Mapping[str, Any], **check: Any
-) -> tuple[str, str, bool] | None:
+def get_embedded_resource_python_object(item: Mapping[str, Any], **check: Any) -> tuple[str, str, bool] | None:
     """Return `(pythonType, JSON text, many)` of a type-annotated JSON embedded resource, else None.
 
     Keyword arguments are annotation values the item must carry, e.g. `proxyType="prompt"`.
@@ -191,9 +190,7 @@ class ProxyClient:
     return the same types, so code can switch modes without other changes.
     """
 
-    def __init__(
-        self, client: Client, *, transparent: bool = False, proxy_tool_name: str = PROXY_TOOL_NAME
-    ) -> None:
+    def __init__(self, client: Client, *, transparent: bool = False, proxy_tool_name: str = PROXY_TOOL_NAME) -> None:
         self._client = client
         self._transparent = transparent
         self._proxy_tool_name = proxy_tool_name
@@ -242,9 +239,7 @@ class ProxyClient:
         # know (proxyAction, pythonType, ...) and the resource's `contentType`, which are the
         # whole point here. The session's typed request path still validates the wire result.
         raw = await self._client.session.send_request(
-            types.CallToolRequest(
-                params=types.CallToolRequestParams(name=self._proxy_tool_name, arguments=arguments)
-            ),
+            types.CallToolRequest(params=types.CallToolRequestParams(name=self._proxy_tool_name, arguments=arguments)),
             _WIRE_RESULT,
             request_read_timeout_seconds=read_timeout_seconds,
             progress_callback=progress_callback,
@@ -346,9 +341,7 @@ class ProxyClient:
 def _decode(request: ProxyRequest, raw: dict[str, Any]) -> ProxyResponse:
     result_type = raw.get("resultType", "complete")
     if result_type != "complete":
-        raise ProxyResponseError(
-            f"The proxy tool answered with a {result_type!r} result; only 'complete' is supported"
-        )
+        raise ProxyResponseError(f"The proxy tool answered with a {result_type!r} result; only 'complete' is supported")
     content = raw.get("content")
     if not isinstance(content, list) or not all(isinstance(item, dict) for item in content):
         raise ProxyResponseError("The proxy tool's answer has no list of content items")

@@ -11,6 +11,7 @@ from typing import Any
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+
 from mcpvisor.frontend.gateway import Gateway
 
 log = logging.getLogger(__name__)

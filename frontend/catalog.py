@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
+
 from mcpvisor.wire.states import UpstreamState
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server import CacheHint, Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
+
 from mcpvisor.frontend.catalog import exposed_name
 from mcpvisor.frontend.gateway import AnnouncingServer, Gateway, complete, forwardable
 from mcpvisor.wire.errors import INVALID_PARAMS
@@ -32,9 +33,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
     def visible():
         return catalog.ready_servers(gateway.visible_servers())
 
-    async def list_tools(
-        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> dict[str, Any]:
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         gateway.remember(ctx.session)
         tools = []
         for view in visible():
@@ -42,9 +41,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
                 tools.append({**tool, "name": exposed_name(view.id, tool["name"], catalog.name_style)})
         return complete({"tools": tools})
 
-    async def call_tool(
-        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> dict[str, Any]:
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         gateway.remember(ctx.session)
         server, tool = gateway.resolve_tool(params.name)
         forwarded = forwardable(params)
@@ -63,17 +60,13 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         gateway.remember(ctx.session)
         return complete({"resourceTemplates": [t for view in visible() for t in view.templates]})
 
-    async def read_resource(
-        ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
-    ) -> dict[str, Any]:
+    async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> dict[str, Any]:
         gateway.remember(ctx.session)
         uri = str(params.uri)
         server = catalog.resolve_resource(uri)
         allowed = gateway.visible_servers()
         if server is None or (allowed is not None and server not in allowed):
-            raise MCPError(
-                code=INVALID_PARAMS, message=f"Unknown resource '{uri}': no connected server offers it"
-            )
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource '{uri}': no connected server offers it")
         return await gateway.forward(server, "resources/read", forwardable(params))
 
     async def list_prompts(
@@ -83,9 +76,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         prompts = [{**p, "name": f"{view.id}:{p['name']}"} for view in visible() for p in view.prompts]
         return complete({"prompts": prompts})
 
-    async def get_prompt(
-        ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
-    ) -> dict[str, Any]:
+    async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> dict[str, Any]:
         gateway.remember(ctx.session)
         target = catalog.resolve_prompt(params.name)
         allowed = gateway.visible_servers()

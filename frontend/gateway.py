@@ -13,8 +13,11 @@ from mcp.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
+
 from mcpvisor.frontend.catalog import Catalog, split_name
+from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.router import Router
+from mcpvisor.frontend.search import ToolIndex
 from mcpvisor.frontend.spec import FrontendSpec
 from mcpvisor.wire.errors import INVALID_PARAMS, WireError
 
@@ -77,7 +80,9 @@ class Gateway:
     def __init__(self, spec: FrontendSpec, catalog: Catalog) -> None:
         self.spec = spec
         self.catalog = catalog
+        self.index = ToolIndex()
         self.router: Router | None = None
+        self.control: ControlClient | None = None
         self._sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
         self._changed = trio.Event()
 
@@ -100,9 +105,7 @@ class Gateway:
 
     def visible_servers(self) -> Iterable[str] | None:
         """Servers a client may see: enabled and not quarantined (None: all)."""
-        hidden = {
-            name for name, server in self.spec.servers.items() if server.quarantined or not server.enabled
-        }
+        hidden = {name for name, server in self.spec.servers.items() if server.quarantined or not server.enabled}
         return [name for name in self.catalog.servers if name not in hidden] if hidden else None
 
     def resolve_tool(self, name: str) -> tuple[str, str]:
@@ -132,9 +135,7 @@ class Gateway:
                 code=-32000,
                 message=f"Tool '{name}' is unavailable: {self.catalog.describe_unavailable(server)}",
             )
-        raise MCPError(
-            code=INVALID_PARAMS, message=f"Unknown tool '{name}': server '{server}' has no tool '{tool}'"
-        )
+        raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool '{name}': server '{server}' has no tool '{tool}'")
 
     # -- notifications ---------------------------------------------------------------------------
 
@@ -142,7 +143,15 @@ class Gateway:
         """Track a client session so catalog changes can be announced to it."""
         self._sessions.add(session)
 
-    def catalog_changed(self) -> None:
+    def catalog_changed(self, server: str | None = None) -> None:
+        """What clients see changed (for one server, or for all when None): reindex and notify."""
+        servers = [server] if server is not None else list(self.catalog.servers)
+        for name in servers:
+            view = self.catalog.servers.get(name)
+            if view is not None and view.ready:
+                self.index.set_server_tools(name, view.tools)
+            else:
+                self.index.remove_server(name)
         self._changed.set()
 
     async def serve_notifications(self) -> None:

@@ -13,6 +13,7 @@ import trio
 import zmq
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+
 from mcpvisor.frontend import spec as frontend_spec
 from mcpvisor.frontend.app import FrontendApp
 from mcpvisor.frontend.catalog import Catalog

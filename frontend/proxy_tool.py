@@ -210,9 +210,7 @@ def parse_proxy_arguments(arguments: Mapping[str, Any] | None) -> ProxyRequest:
     if capability_type is None:
         raise ProxyError("Parameter 'type' is required")
     if capability_type not in CAPABILITY_TYPES:
-        raise ProxyError(
-            f"Invalid proxy type '{capability_type}'. Supported types are {_quoted(CAPABILITY_TYPES)}."
-        )
+        raise ProxyError(f"Invalid proxy type '{capability_type}'. Supported types are {_quoted(CAPABILITY_TYPES)}.")
 
     path = arguments.get("path")
     if path is not None and not isinstance(path, str):
@@ -233,9 +231,7 @@ def parse_proxy_arguments(arguments: Mapping[str, Any] | None) -> ProxyRequest:
     if action == "list" and path:
         raise ProxyError("Parameter 'path' should not be provided for action 'list'")
     if action != "list" and (limit is not None or offset is not None or filter_server is not None):
-        raise ProxyError(
-            "Parameters 'limit', 'offset', and 'filter_server' are only allowed for 'list' action"
-        )
+        raise ProxyError("Parameters 'limit', 'offset', and 'filter_server' are only allowed for 'list' action")
 
     return ProxyRequest(
         action=cast(Action, action),
@@ -397,9 +393,7 @@ def _result(content: list[dict[str, Any]], *, is_error: bool = False) -> dict[st
     return {"content": content, "isError": is_error, "resultType": "complete"}
 
 
-def _integer(
-    arguments: Mapping[str, Any], key: str, *, minimum: int, maximum: int | None = None
-) -> int | None:
+def _integer(arguments: Mapping[str, Any], key: str, *, minimum: int, maximum: int | None = None) -> int | None:
     value = arguments.get(key)
     if value is None:
         return None

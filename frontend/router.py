@@ -13,6 +13,7 @@ from collections.abc import Callable
 import msgspec
 import trio
 import zmq
+
 from mcpvisor.frontend.catalog import Catalog
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
@@ -56,7 +57,7 @@ class Router:
         self,
         sock: ZSocket,
         catalog: Catalog,
-        on_catalog_change: Callable[[], None],
+        on_catalog_change: Callable[[str], None],
         *,
         max_inflight: int = 64,
     ) -> None:
@@ -92,9 +93,7 @@ class Router:
                 await self.sock.send_multipart(frames)
             except zmq.ZMQError as exc:
                 if exc.errno == errno.EHOSTUNREACH:
-                    raise WireError(
-                        ErrorCode.SERVER_UNAVAILABLE, self.catalog.describe_unavailable(worker)
-                    ) from None
+                    raise WireError(ErrorCode.SERVER_UNAVAILABLE, self.catalog.describe_unavailable(worker)) from None
                 raise
             with trio.move_on_after(timeout + _GRACE) as deadline:
                 await pending.done.wait()
@@ -123,14 +122,12 @@ class Router:
 
     def fail_worker(self, worker: str, reason: str) -> None:
         """Fail every call in flight to `worker` at once, and hide its catalog."""
-        error = WireError(
-            ErrorCode.UPSTREAM_GONE, f"server '{worker}' stopped while the call was running ({reason})"
-        )
+        error = WireError(ErrorCode.UPSTREAM_GONE, f"server '{worker}' stopped while the call was running ({reason})")
         for pending in self._pending.values():
             if pending.worker == worker:
                 pending.settle(error)
         if self.catalog.mark_gone(worker, reason):
-            self._on_catalog_change()
+            self._on_catalog_change(worker)
 
     # -- receiving -------------------------------------------------------------------------------
 
@@ -169,7 +166,7 @@ class Router:
                     catalog=payload,
                 )
                 if changed:
-                    self._on_catalog_change()
+                    self._on_catalog_change(worker)
             case Heartbeat():
                 view = self.catalog.view(worker)
                 view.last_seen = time.monotonic()

@@ -353,16 +353,12 @@ class ToolIndex:
             self._postings.setdefault(term, {})[doc_id] = frequency
         return doc_id
 
-    def _term_scores(
-        self, term: str, query_terms: Mapping[str, int], allowed: set[int] | None
-    ) -> dict[int, float]:
+    def _term_scores(self, term: str, query_terms: Mapping[str, int], allowed: set[int] | None) -> dict[int, float]:
         """Score every document for one query term, counting related words at a discount."""
         variants = [(term, 1.0)]
         if self._expand_related:
             # A related word the query also names is scored in its own right, not twice.
-            variants += [
-                (other, RELATED_WEIGHT) for other in RELATED_TERMS.get(term, ()) if other not in query_terms
-            ]
+            variants += [(other, RELATED_WEIGHT) for other in RELATED_TERMS.get(term, ()) if other not in query_terms]
 
         document_count = len(self._names)
         # K1 * (1 - B + B * length / average), split so the loop does one multiply-add.

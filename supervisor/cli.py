@@ -23,6 +23,7 @@ def _config_path(value: str | None) -> Path:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import trio
+
     from mcpvisor.supervisor.supervisor import serve
 
     path = _config_path(args.config)
@@ -56,9 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the supervisor, the frontend and one worker per server")
-    serve.add_argument(
-        "-c", "--config", help=f"TOML config file (default: $MCPVISOR_CONFIG or ./{DEFAULT_CONFIG})"
-    )
+    serve.add_argument("-c", "--config", help=f"TOML config file (default: $MCPVISOR_CONFIG or ./{DEFAULT_CONFIG})")
     serve.add_argument(
         "--log-level", choices=["debug", "info", "warning", "error"], help="override [mcpvisor].log_level"
     )

@@ -65,9 +65,7 @@ class ServerConfig(_Strict):
         """The transport actually used."""
         if self.command is not None:
             return "stdio"
-        if self.transport == "sse" or (
-            self.transport == "auto" and (self.url or "").rstrip("/").endswith("/sse")
-        ):
+        if self.transport == "sse" or (self.transport == "auto" and (self.url or "").rstrip("/").endswith("/sse")):
             return "sse"
         return "streamable-http"
 
@@ -171,9 +169,7 @@ def _check(config: Config, text: str, source: str) -> None:
             for key, value in table.items():
                 for kind, ref in SECRET_REF.findall(value):
                     if kind == "env" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ref):
-                        raise ConfigError(
-                            f"{where}: server {name!r}: {key}: bad variable name in ${{env:{ref}}}"
-                        )
+                        raise ConfigError(f"{where}: server {name!r}: {key}: bad variable name in ${{env:{ref}}}")
 
 
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `([^`]+)`(?: - at `\$(.*)`)?")

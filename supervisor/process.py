@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+
 from mcpvisor.supervisor.config import Policy
 from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
 from mcpvisor.wire import lifetime
@@ -80,10 +81,7 @@ class Program:
         self._wake.set()
 
     async def wait_stopped(self) -> None:
-        while (
-            self.state not in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED)
-            or self.want_running
-        ):
+        while self.state not in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED) or self.want_running:
             await self._stopped.wait()
             self._stopped = trio.Event()
 
@@ -101,9 +99,7 @@ class Program:
             self.name,
             self.state,
             state,
-            extra={
-                "fields": {"event": "state", "name": self.name, "from": str(self.state), "to": str(state)}
-            },
+            extra={"fields": {"event": "state", "name": self.name, "from": str(self.state), "to": str(state)}},
         )
         self.state = state
         if state in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED):

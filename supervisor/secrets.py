@@ -32,9 +32,7 @@ def resolve(value: str, environ: Mapping[str, str] | None = None) -> str:
         try:
             return Path(os.path.expanduser(ref)).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise SecretError(
-                f"cannot read secret file {ref}: {exc.strerror or type(exc).__name__}"
-            ) from None
+            raise SecretError(f"cannot read secret file {ref}: {exc.strerror or type(exc).__name__}") from None
 
     return SECRET_REF.sub(substitute, value)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import trio
 import zmq
+
 from mcpvisor.frontend import spec as frontend_spec
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor.config import Config, Policy
@@ -85,9 +86,7 @@ class Supervisor:
         """Publish a state change on the event socket: topic `process.<name>.<state>`."""
         if self._events is None:
             return
-        event = ProcessEvent(
-            name=program.name, state=program.state, pid=program.pid, description=program.description()
-        )
+        event = ProcessEvent(name=program.name, state=program.state, pid=program.pid, description=program.description())
         topic = f"process.{program.name}.{program.state.lower()}".encode()
         try:
             self._events.send_multipart_nowait([topic, *codec.events.encode(event)])

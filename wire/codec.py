@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 import msgspec
+
 from mcpvisor.wire.messages import CallsMessage, ControlMessage, EventMessage
 
 M = TypeVar("M")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.states import ProcessState, UpstreamState
 
@@ -84,6 +85,7 @@ class Command(_Msg, tag="cmd"):
     id: int
     name: str
     args: list[str] = []
+    data: Any = None  # structured input (a server table, a patch), for commands that take one
 
 
 class Reply(_Msg, tag="reply"):

@@ -8,6 +8,7 @@ import signal
 import sys
 
 import trio
+
 from mcpvisor.wire import lifetime, logs
 from mcpvisor.workers import spec as worker_spec
 from mcpvisor.workers.worker import run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+
 from mcpvisor.supervisor.config import ServerConfig
 
 ENV_VAR = "MCPVISOR_WORKER"

@@ -25,6 +25,7 @@ import mcp_types as types
 import msgspec
 import trio
 from mcp.shared.message import SessionMessage
+
 from mcpvisor.wire import lifetime
 
 log = logging.getLogger(__name__)
@@ -132,9 +133,7 @@ class StdioChannel:
         if pending is not None:
             done, slot = pending
             if envelope.error is not None:
-                slot.append(
-                    RawError(int(envelope.error.get("code", -32603)), str(envelope.error.get("message", "")))
-                )
+                slot.append(RawError(int(envelope.error.get("code", -32603)), str(envelope.error.get("message", ""))))
             else:
                 slot.append(bytes(envelope.result) if len(envelope.result) else b"{}")
             done.set()

@@ -20,6 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
+from pydantic import TypeAdapter, ValidationError
+
 from mcpvisor.supervisor.config import ServerConfig
 from mcpvisor.supervisor.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.errors import ErrorCode, WireError
@@ -31,7 +33,6 @@ from mcpvisor.workers.stdio import (
     child_environment,
     open_stdio_upstream,
 )
-from pydantic import TypeAdapter, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +270,7 @@ class Upstream:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             result = await fetch(params=params)
             items.extend(
-                item.model_dump(by_alias=True, mode="json", exclude_none=True)
-                for item in getattr(result, field)
+                item.model_dump(by_alias=True, mode="json", exclude_none=True) for item in getattr(result, field)
             )
             cursor = result.next_cursor
             if not cursor or cursor in seen:

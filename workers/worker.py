@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import trio
 import zmq
+
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.messages import Cancel, Failure, Heartbeat, Request, Response, Snapshot, SnapshotRequest
@@ -98,9 +99,7 @@ class Worker:
             " retry shortly or raise policy.max_inflight"
         )
 
-    async def _fail(
-        self, request_id: int, code: ErrorCode, message: str, mcp_code: int | None = None
-    ) -> None:
+    async def _fail(self, request_id: int, code: ErrorCode, message: str, mcp_code: int | None = None) -> None:
         failure = Failure(id=request_id, code=code, message=message, mcp_code=mcp_code)
         await self.sock.send_multipart(codec.calls.encode(failure))
 
@@ -113,9 +112,7 @@ class Worker:
                     await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), result))
                     return
                 if deadline.cancelled_caught:
-                    raise WireError(
-                        ErrorCode.TIMEOUT, f"no answer from server '{self.spec.id}' within {timeout:g}s"
-                    )
+                    raise WireError(ErrorCode.TIMEOUT, f"no answer from server '{self.spec.id}' within {timeout:g}s")
             if scope.cancelled_caught:
                 log.debug("request %d cancelled by the frontend", msg.id)
         except WireError as exc:

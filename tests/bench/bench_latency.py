@@ -117,9 +117,7 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"{era:<12} {'p50 latency (ms)':<22} {d['p50']:>10.2f} {m['p50']:>10.2f} {m['p50'] / d['p50']:>6.2f}x  <= 1.5x"
         )
-        print(
-            f"{era:<12} {'p99 latency (ms)':<22} {d['p99']:>10.2f} {m['p99']:>10.2f} {m['p99'] / d['p99']:>6.2f}x"
-        )
+        print(f"{era:<12} {'p99 latency (ms)':<22} {d['p99']:>10.2f} {m['p99']:>10.2f} {m['p99'] / d['p99']:>6.2f}x")
         print(
             f"{era:<12} {f'calls/s, {args.clients} clients':<22} {d['rate']:>10.0f} {m['rate']:>10.0f} "
             f"{m['rate'] / d['rate']:>6.2f}x  >= 0.7x"
@@ -127,9 +125,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--per-client", type=int, default=100)

@@ -83,8 +83,7 @@ async def test_tool_definitions_and_results_pass_through_unchanged(tmp_path: Pat
     try:
         async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as upstream:
             direct_tools = {
-                t.name: t.model_dump(by_alias=True, exclude_none=True)
-                for t in (await upstream.list_tools()).tools
+                t.name: t.model_dump(by_alias=True, exclude_none=True) for t in (await upstream.list_tools()).tools
             }
             direct_weather = await upstream.call_tool("weather", {"city": "Oslo"})
         async with open_stack(tmp_path, {"same": echo_server("same")}) as stack:
@@ -116,9 +115,7 @@ async def test_resources_templates_and_prompts_are_aggregated_and_routed(tmp_pat
         templates = (await client.list_resource_templates()).resource_templates
         assert [t.uri_template for t in templates] == ["test://items/{item_id}", "test://items/{item_id}"]
         readme = await client.read_resource("test://readme")
-        assert (
-            readme.contents[0].text == "readme of alpha"
-        )  # both offer it; the first server by name serves it
+        assert readme.contents[0].text == "readme of alpha"  # both offer it; the first server by name serves it
         item = await client.read_resource("test://items/7")
         assert item.contents[0].text == "item 7 of alpha"
         prompts = {p.name for p in (await client.list_prompts()).prompts}
@@ -132,9 +129,7 @@ async def test_resources_templates_and_prompts_are_aggregated_and_routed(tmp_pat
 async def test_unknown_names_get_clear_errors_at_once(tmp_path: Path) -> None:
     async with open_stack(tmp_path, {"echo": echo_server()}) as stack, stack.client() as client:
         with trio.fail_after(5):
-            with pytest.raises(
-                MCPError, match=r"Unknown tool 'nope:echo': no server 'nope' \(servers: echo\)"
-            ):
+            with pytest.raises(MCPError, match=r"Unknown tool 'nope:echo': no server 'nope' \(servers: echo\)"):
                 await client.call_tool("nope:echo", {})
             with pytest.raises(MCPError, match="Unknown tool 'echo:nope': server 'echo' has no tool 'nope'"):
                 await client.call_tool("echo:nope", {})

@@ -78,9 +78,7 @@ class Stack:
         last: dict[str, Any] = {}
         while trio.current_time() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"supervisor exited with {self.process.returncode}: {self.supervisor_output()}"
-                )
+                raise RuntimeError(f"supervisor exited with {self.process.returncode}: {self.supervisor_output()}")
             try:
                 last = await self.health()
             except (httpx2.TransportError, ValueError):
@@ -136,9 +134,7 @@ def alive(pid: int) -> bool:
 
 
 def write_config(path: Path, servers: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> None:
-    path.write_text(
-        tomli_w.dumps({"mcpvisor": dict(settings), "servers": {k: dict(v) for k, v in servers.items()}})
-    )
+    path.write_text(tomli_w.dumps({"mcpvisor": dict(settings), "servers": {k: dict(v) for k, v in servers.items()}}))
 
 
 @asynccontextmanager

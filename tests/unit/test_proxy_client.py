@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
+
 from mcpvisor.client import (
     ProxyClient,
     ProxyResponseInfo,
@@ -33,9 +34,7 @@ class FakeBackend:
     """An in-memory catalog with canned results, recording every request it serves."""
 
     def __init__(self, tools: list[dict[str, Any]] | None = None) -> None:
-        self.tools = (
-            tools if tools is not None else [tool("alpha:add"), tool("alpha:fail"), tool("beta:echo")]
-        )
+        self.tools = tools if tools is not None else [tool("alpha:add"), tool("alpha:fail"), tool("beta:echo")]
         self.resources: list[dict[str, Any]] = [
             {"uri": "config://compact.json", "name": "alpha:compact", "mimeType": "text/plain"},
             {"uri": "config://spaced.json", "name": "alpha:spaced", "mimeType": "text/plain"},
@@ -49,9 +48,7 @@ class FakeBackend:
             "config://spaced.json": [
                 {"uri": "config://spaced.json", "mimeType": "text/plain", "text": '{ "theme": "dark" }'}
             ],
-            "image://logo.png": [
-                {"uri": "image://logo.png", "mimeType": "image/png", "blob": "iVBORw0KGgo="}
-            ],
+            "image://logo.png": [{"uri": "image://logo.png", "mimeType": "image/png", "blob": "iVBORw0KGgo="}],
         }
         self.prompts: list[dict[str, Any]] = [
             {"name": "alpha:greet", "description": "Greet someone", "arguments": [{"name": "who"}]}
@@ -201,9 +198,7 @@ async def sieved_client(request: pytest.FixtureRequest, backend: FakeBackend) ->
 # --- proxy(): raw content and decoded values -------------------------------------------------
 
 
-async def test_proxy_list_decodes_sdk_tools_and_reports_pagination(
-    client: Client, backend: FakeBackend
-) -> None:
+async def test_proxy_list_decodes_sdk_tools_and_reports_pagination(client: Client, backend: FakeBackend) -> None:
     response = await ProxyClient(client).proxy("list", "tool")
 
     assert response.value == [types.Tool.model_validate(each, by_name=False) for each in backend.tools]
@@ -280,9 +275,7 @@ async def test_proxy_read_shows_the_objectified_resource_and_decodes_the_origina
         "contentType": "text/plain",
     }
     assert response.value == [
-        types.TextResourceContents(
-            uri="config://spaced.json", mime_type="text/plain", text='{"theme":"dark"}'
-        )
+        types.TextResourceContents(uri="config://spaced.json", mime_type="text/plain", text='{"theme":"dark"}')
     ]
 
 
@@ -381,9 +374,7 @@ async def test_transparent_and_native_modes_answer_alike(client: Client) -> None
     )
 
 
-async def test_transparent_mode_goes_through_the_proxy_tool_only(
-    client: Client, backend: FakeBackend
-) -> None:
+async def test_transparent_mode_goes_through_the_proxy_tool_only(client: Client, backend: FakeBackend) -> None:
     transparent = ProxyClient(client, transparent=True)
 
     await transparent.list_resources()
@@ -414,9 +405,7 @@ async def test_transparent_read_restores_the_original_mime_type(client: Client) 
     contents = await ProxyClient(client, transparent=True).read_resource("config://spaced.json")
 
     assert contents == [
-        types.TextResourceContents(
-            uri="config://spaced.json", mime_type="text/plain", text='{"theme":"dark"}'
-        )
+        types.TextResourceContents(uri="config://spaced.json", mime_type="text/plain", text='{"theme":"dark"}')
     ]
 
 
@@ -513,9 +502,7 @@ def test_get_embedded_resource_python_object_checks_the_annotations() -> None:
 
 @pytest.mark.parametrize("python_type", ["Tool", "mcp.types.Tool", "mcp_types.Tool"])
 def test_deserialize_accepts_simple_and_qualified_type_names(python_type: str) -> None:
-    decoded = deserialize_embedded_resource_python_object(
-        types.Tool, python_type, json.dumps([tool("a:b")]), many=True
-    )
+    decoded = deserialize_embedded_resource_python_object(types.Tool, python_type, json.dumps([tool("a:b")]), many=True)
 
     assert decoded == [types.Tool(name="a:b", description="The a:b tool", input_schema={"type": "object"})]
 
@@ -524,12 +511,8 @@ def test_deserialize_reads_unions_written_either_way() -> None:
     listing = json.dumps([{"uri": "a://b", "name": "b"}, {"uriTemplate": "a://{c}", "name": "c"}])
     target = types.Resource | types.ResourceTemplate
 
-    spaced = deserialize_embedded_resource_python_object(
-        target, "Resource | ResourceTemplate", listing, many=True
-    )
-    packed = deserialize_embedded_resource_python_object(
-        target, "Resource|ResourceTemplate", listing, many=True
-    )
+    spaced = deserialize_embedded_resource_python_object(target, "Resource | ResourceTemplate", listing, many=True)
+    packed = deserialize_embedded_resource_python_object(target, "Resource|ResourceTemplate", listing, many=True)
 
     assert spaced == packed
     assert [type(each) for each in spaced] == [types.Resource, types.ResourceTemplate]
@@ -537,10 +520,7 @@ def test_deserialize_reads_unions_written_either_way() -> None:
 
 def test_deserialize_refuses_a_type_outside_the_target() -> None:
     assert deserialize_embedded_resource_python_object(types.Tool, "Prompt", '{"name": "p"}') is None
-    assert (
-        deserialize_embedded_resource_python_object(types.Resource, "Resource | ResourceTemplate", "[]")
-        is None
-    )
+    assert deserialize_embedded_resource_python_object(types.Resource, "Resource | ResourceTemplate", "[]") is None
 
 
 def test_tool_result_as_prompt_result() -> None:
@@ -569,8 +549,6 @@ def test_tool_result_as_resource_result_only_takes_resource_items() -> None:
 
 
 def test_response_info_ignores_mistyped_annotations() -> None:
-    info = ProxyResponseInfo.from_annotations(
-        {"proxyAction": "list", "many": "yes", "totalCount": True, "limit": 5}
-    )
+    info = ProxyResponseInfo.from_annotations({"proxyAction": "list", "many": "yes", "totalCount": True, "limit": 5})
 
     assert info == ProxyResponseInfo(proxy_action="list", many=False, total_count=None, limit=5)

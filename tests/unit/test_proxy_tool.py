@@ -8,6 +8,8 @@ from typing import Any
 import mcp_types as types
 import pytest
 from mcp_types import methods
+from pydantic import TypeAdapter
+
 from mcpvisor.frontend.proxy_tool import (
     PROXY_TOOL,
     ProxyError,
@@ -15,7 +17,6 @@ from mcpvisor.frontend.proxy_tool import (
     parse_proxy_arguments,
     run_proxy,
 )
-from pydantic import TypeAdapter
 
 
 def tool(name: str, description: str = "") -> dict[str, Any]:
@@ -196,9 +197,7 @@ async def test_list_resources_mixes_resources_and_templates() -> None:
     assert embedded_json(item) == RESOURCES
     assert item["annotations"]["pythonType"] == "Resource | ResourceTemplate"
     assert item["annotations"]["many"] is True
-    decoded = TypeAdapter(list[types.Resource | types.ResourceTemplate]).validate_json(
-        item["resource"]["text"]
-    )
+    decoded = TypeAdapter(list[types.Resource | types.ResourceTemplate]).validate_json(item["resource"]["text"])
     assert [type(each) for each in decoded] == [types.Resource, types.Resource, types.ResourceTemplate]
 
 
@@ -303,9 +302,7 @@ async def test_filter_server_then_pagination_counts_the_filtered_items() -> None
 
 
 async def test_filter_server_applies_to_resources_and_prompts_by_name() -> None:
-    resources = await run_proxy(
-        FakeBackend(), {"action": "list", "type": "resource", "filter_server": "beta:"}
-    )
+    resources = await run_proxy(FakeBackend(), {"action": "list", "type": "resource", "filter_server": "beta:"})
     prompts = await run_proxy(FakeBackend(), {"action": "list", "type": "prompt", "filter_server": "alpha:"})
 
     assert [each["name"] for each in embedded_json(single_item(resources))] == ["beta:notes", "beta:user"]
@@ -346,9 +343,7 @@ async def test_info_tool_is_one_object_with_its_path() -> None:
         ("beta:user", "ResourceTemplate", RESOURCES[2]),
     ],
 )
-async def test_info_resource_by_uri_template_or_name(
-    path: str, python_type: str, expected: dict[str, Any]
-) -> None:
+async def test_info_resource_by_uri_template_or_name(path: str, python_type: str, expected: dict[str, Any]) -> None:
     result = await run_proxy(FakeBackend(), {"action": "info", "type": "resource", "path": path})
 
     item = single_item(result)
@@ -477,9 +472,7 @@ async def test_unexpected_backend_failures_are_not_swallowed() -> None:
 
 async def test_read_of_a_json_text_resource_is_objectified() -> None:
     backend = FakeBackend()
-    result = await run_proxy(
-        backend, {"action": "call", "type": "resource", "path": "config://settings.json"}
-    )
+    result = await run_proxy(backend, {"action": "call", "type": "resource", "path": "config://settings.json"})
 
     assert single_item(result) == {
         "type": "resource",
@@ -732,9 +725,7 @@ async def test_missing_arguments_object_is_reported_like_an_empty_one() -> None:
         {"action": "call", "type": "tool", "path": "gamma:nope"},
     ],
 )
-async def test_every_answer_is_a_valid_call_tool_result_on_the_wire(
-    version: str, arguments: dict[str, Any]
-) -> None:
+async def test_every_answer_is_a_valid_call_tool_result_on_the_wire(version: str, arguments: dict[str, Any]) -> None:
     result = await run_proxy(FakeBackend(), arguments)
 
     # Raises if the result does not validate against that protocol revision's CallToolResult.

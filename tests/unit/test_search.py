@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import pytest
+
 from mcpvisor.frontend.search import (
     K1,
     NAME_WEIGHT,
@@ -227,9 +228,7 @@ def test_scores_follow_the_bm25_formula() -> None:
 
 
 def test_the_query_word_itself_outranks_a_related_word() -> None:
-    index = catalog_index(
-        store=[tool("remove_item", "Drops one item"), tool("delete_item", "Drops one item")]
-    )
+    index = catalog_index(store=[tool("remove_item", "Drops one item"), tool("delete_item", "Drops one item")])
 
     assert ids(index.search("remove", 5)) == ["store:remove_item", "store:delete_item"]
 

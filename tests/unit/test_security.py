@@ -6,6 +6,7 @@ import base64
 
 import msgspec
 import pytest
+
 from mcpvisor.frontend.security import (
     EVIDENCE_LIMIT,
     Finding,
