@@ -10,15 +10,18 @@ from typing import Any
 import msgspec
 import trio
 from mcp.server import NotificationOptions, Server
+from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
-from mcp.server.session import ServerSession
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 
 from mcpvisor.frontend.catalog import Catalog, split_name
 from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.router import Router
 from mcpvisor.frontend.search import ToolIndex
 from mcpvisor.frontend.spec import FrontendSpec
+from mcpvisor.supervisor.config import ServerConfig
 from mcpvisor.wire.errors import INVALID_PARAMS, WireError
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,13 @@ def forwardable(params: Any) -> dict[str, Any]:
         else:
             del data["_meta"]
     return data
+
+
+LIST_CHANGED = (
+    "notifications/tools/list_changed",
+    "notifications/resources/list_changed",
+    "notifications/prompts/list_changed",
+)
 
 
 def complete(result: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +93,8 @@ class Gateway:
         self.index = ToolIndex()
         self.router: Router | None = None
         self.control: ControlClient | None = None
-        self._sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self.bus = InMemorySubscriptionBus()
         self._changed = trio.Event()
 
     # -- routing ---------------------------------------------------------------------------------
@@ -137,11 +148,29 @@ class Gateway:
             )
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool '{name}': server '{server}' has no tool '{tool}'")
 
+    def apply_config(self, servers: dict[str, ServerConfig]) -> None:
+        """The supervisor changed the servers table: forget removed servers, re-filter, notify."""
+        for name in set(self.catalog.servers) - set(servers):
+            if self.router is not None:
+                self.router.fail_worker(name, "the server was removed")
+            self.catalog.remove(name)
+        self.spec = msgspec.structs.replace(self.spec, servers=servers)
+        self.catalog_changed()
+
     # -- notifications ---------------------------------------------------------------------------
 
-    def remember(self, session: ServerSession) -> None:
-        """Track a client session so catalog changes can be announced to it."""
-        self._sessions.add(session)
+    def remember(self, ctx: Any) -> None:
+        """Track a client's connection (from a request context) to announce catalog changes to it.
+
+        Handshake-era clients are told on their connection's standalone stream; 2026-07-28 clients
+        hear it on their `subscriptions/listen` stream, fed by `self.bus`.
+        """
+        # The SDK gives handlers a per-request ServerSession; the connection behind it is what
+        # outlives the request (it has no public accessor in this SDK version).
+        session = getattr(ctx, "session", ctx)
+        connection = getattr(session, "_connection", None)
+        if isinstance(connection, Connection) and connection.has_standalone_channel:
+            self._connections.add(connection)
 
     def catalog_changed(self, server: str | None = None) -> None:
         """What clients see changed (for one server, or for all when None): reindex and notify."""
@@ -159,18 +188,9 @@ class Gateway:
         while True:
             await self._changed.wait()
             self._changed = trio.Event()
-            for session in list(self._sessions):
-                await self._notify(session)
-
-    async def _notify(self, session: ServerSession) -> None:
-        for send in (
-            session.send_tool_list_changed,
-            session.send_resource_list_changed,
-            session.send_prompt_list_changed,
-        ):
-            try:
-                await send()
-            except Exception as exc:  # a client that went away must not stop the others' notices
-                log.debug("dropping a client session from notifications: %s", exc)
-                self._sessions.discard(session)
-                return
+            for event in (ToolsListChanged(), ResourcesListChanged(), PromptsListChanged()):
+                await self.bus.publish(event)
+            for connection in list(self._connections):
+                for method in LIST_CHANGED:
+                    # Best effort by design: a closed stream drops the notice without raising.
+                    await connection.notify(method, None)

@@ -16,6 +16,7 @@ class FrontendSpec(msgspec.Struct, kw_only=True, frozen=True):
     control_endpoint: str
     events_endpoint: str
     config_path: str = ""
+    data_dir: str = ""
 
 
 def encode(spec: FrontendSpec) -> str:

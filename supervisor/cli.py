@@ -48,6 +48,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ctl(args: argparse.Namespace) -> int:
+    from mcpvisor.supervisor import ctl
+
+    return ctl.main(args.rest, _config_path(None))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcpvisor",
@@ -64,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--json-log", action="store_true", help="log one JSON object per line")
     serve.set_defaults(func=cmd_serve)
 
+    ctl = sub.add_parser(
+        "ctl",
+        help="control a running mcpvisor: status, start, stop, restart, tail, update, ... (see `ctl help`)",
+        add_help=False,
+    )
+    ctl.add_argument("rest", nargs=argparse.REMAINDER)
+    ctl.set_defaults(func=cmd_ctl)
+
     check = sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("-c", "--config", help="TOML config file")
     check.set_defaults(func=cmd_check)
@@ -71,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "ctl":
+        # ctl has its own parser: its options may come before the command.
+        from mcpvisor.supervisor import ctl
+
+        sys.exit(ctl.main(argv[1:], _config_path(None)))
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -34,6 +34,9 @@ class Policy(_Strict):
     poll_interval: PositiveSeconds = 300.0
     call_timeout: PositiveSeconds | None = None  # falls back to [mcpvisor].call_timeout
     reconnect_backoff_max: PositiveSeconds = 60.0
+    ping_interval: PositiveSeconds = 10.0  # the worker pings its upstream; no answer in ping_timeout: reconnect
+    ping_timeout: PositiveSeconds = 5.0
+    heartbeat_timeout: PositiveSeconds = 5.0  # a worker silent this long is hung: killed and restarted
     autorestart: Literal["true", "false", "unexpected"] | bool = True
     startsecs: Seconds = 1.0
     startretries: Annotated[int, msgspec.Meta(ge=0)] = 5
@@ -137,13 +140,6 @@ def loads(text: str, *, source: str = "<config>") -> Config:
     return config
 
 
-def dumps(config: Config) -> str:
-    """The config as TOML, defaults omitted."""
-    import tomli_w
-
-    return tomli_w.dumps(msgspec.to_builtins(config))
-
-
 def _check(config: Config, text: str, source: str) -> None:
     try:
         parse_listen(config.mcpvisor.listen)
@@ -151,6 +147,8 @@ def _check(config: Config, text: str, source: str) -> None:
         raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'listen']) or '?'}: {exc}") from None
     for name, server in config.servers.items():
         where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
+        if name == "frontend":
+            raise ConfigError(f"{where}: server name 'frontend' is reserved for mcpvisor's own frontend process")
         if not SERVER_NAME.match(name):
             raise ConfigError(
                 f"{where}: server name {name!r} must be letters, digits, '_', '-' or '.' (no ':' or '/'),"

@@ -19,6 +19,7 @@ import trio
 from mcpvisor.supervisor.config import Policy
 from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
 from mcpvisor.wire import lifetime
+from mcpvisor.wire.logs import RotatingFile, pump
 from mcpvisor.wire.states import ProcessState
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class Program:
         self._wake = trio.Event()
         self._flaps = FlapDetector(policy.flap_window, policy.flap_count)
         self._stopped = trio.Event()
+        self._settled = trio.Event()
+        self._scope = trio.CancelScope()
+        self._log = RotatingFile(launch.log_path)
+        self._pumps: trio.Nursery | None = None
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -79,6 +84,23 @@ class Program:
 
     def _poke(self) -> None:
         self._wake.set()
+
+    def kill_hung(self) -> None:
+        """SIGKILL a process that stopped answering; the lifecycle loop sees it exit and restarts it."""
+        if self.process is not None and self.process.returncode is None:
+            self.spawn_error = "killed: it stopped reporting (hung)"
+            self.process.send_signal_to_group(signal.SIGKILL)
+
+    def retire(self) -> None:
+        """End the lifecycle loop for good (the server was removed or replaced)."""
+        self._scope.cancel()
+
+    async def wait_settled(self, timeout: float = 60.0) -> None:
+        """After start(): wait until it is RUNNING, or has failed to get there."""
+        with trio.move_on_after(self.policy.startsecs + timeout):
+            while self.want_running and self.state not in (ProcessState.RUNNING, ProcessState.FATAL):
+                await self._settled.wait()
+                self._settled = trio.Event()
 
     async def wait_stopped(self) -> None:
         while self.state not in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED) or self.want_running:
@@ -104,6 +126,7 @@ class Program:
         self.state = state
         if state in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED):
             self._stopped.set()
+        self._settled.set()
         self._on_state(self)
 
     def description(self, now: float | None = None) -> str:
@@ -130,14 +153,18 @@ class Program:
     async def serve(self) -> None:
         """Run forever: start when wanted, restart by policy, stop when asked."""
         try:
-            while True:
-                if not self.want_running:
-                    await self._wait_wake()
-                    continue
-                await self._run_once()
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    self._pumps = nursery
+                    while True:
+                        if not self.want_running:
+                            await self._wait_wake()
+                            continue
+                        await self._run_once()
         finally:
             with trio.CancelScope(shield=True):
                 await self._terminate()
+            self._log.close()
 
     async def _wait_wake(self, timeout: float = float("inf")) -> bool:
         """Sleep until poked or `timeout`; True when poked."""
@@ -148,6 +175,7 @@ class Program:
         return False
 
     async def _run_once(self) -> None:
+        self.spawn_error = ""
         self._set_state(ProcessState.STARTING)
         self.ready = trio.Event()
         if not self.needs_report:
@@ -159,7 +187,6 @@ class Program:
             log.error("%s: %s", self.name, self.spawn_error)
             await self._after_early_exit()
             return
-        self.spawn_error = ""
         self.started_at = time.monotonic()
         self._on_state(self)  # the pid is known now
         outcome = await self._watch(up_at=trio.current_time() + self.policy.startsecs)
@@ -176,9 +203,11 @@ class Program:
 
     async def _spawn(self) -> lifetime.Child:
         self.launch.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.launch.log_path, "ab", buffering=0) as logfile:
-            env = {**self.launch.env, "MCPVISOR_PARENT_PID": str(os.getpid())}
-            child = lifetime.spawn(self.launch.argv, env=env, output=logfile)
+        env = {**self.launch.env, "MCPVISOR_PARENT_PID": str(os.getpid())}
+        child = lifetime.spawn(self.launch.argv, env=env, capture_output=True)
+        assert child.output is not None and self._pumps is not None
+        # The pump ends by itself when the child and everything that inherited its output exit.
+        self._pumps.start_soon(pump, child.output, self._log)
         await trio.lowlevel.checkpoint()
         return child
 

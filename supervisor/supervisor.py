@@ -6,18 +6,26 @@ import logging
 import os
 import signal
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import trio
 import zmq
 
 from mcpvisor.frontend import spec as frontend_spec
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.supervisor.config import Config, Policy
+from mcpvisor.supervisor import configstore
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, load_all
+from mcpvisor.supervisor.config import Config, ConfigError, Policy, ServerConfig
 from mcpvisor.supervisor.process import Launch, Program
+from mcpvisor.supervisor.systemd import Notifier
 from mcpvisor.wire import codec
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
-from mcpvisor.wire.messages import ProcessEvent
+from mcpvisor.wire.messages import Command, ConfigChanged, ProcessEvent, Reply, Report
+from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
 from mcpvisor.workers import spec as worker_spec
 
@@ -25,16 +33,49 @@ log = logging.getLogger("mcpvisor.supervisor")
 
 FRONTEND = "frontend"
 WORKER_PREFIX = "worker:"
+# The frontend has no server table; these are its process policy.
+FRONTEND_POLICY = Policy(startsecs=1, startretries=10, backoff_max=30, stopwaitsecs=10)
 
 
 def worker_name(server: str) -> str:
     return f"{WORKER_PREFIX}{server}"
 
 
+@dataclass(frozen=True)
+class ConfigDiff:
+    """What `reread` finds: servers added, changed and removed, and whether [mcpvisor] changed."""
+
+    added: list[str]
+    changed: list[str]
+    removed: list[str]
+    settings_changed: bool
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.changed or self.removed or self.settings_changed)
+
+
+def _process_view(server: ServerConfig) -> ServerConfig:
+    # Quarantine is the frontend's business: flipping it must not restart the worker.
+    return msgspec.structs.replace(server, quarantined=False)
+
+
+def diff_configs(old: Config, new: Config) -> ConfigDiff:
+    """Compare two configs server by server (pure): which workers must start, restart or stop."""
+    old_servers, new_servers = old.servers, new.servers
+    common = set(old_servers) & set(new_servers)
+    return ConfigDiff(
+        added=sorted(set(new_servers) - set(old_servers)),
+        changed=sorted(n for n in common if _process_view(old_servers[n]) != _process_view(new_servers[n])),
+        removed=sorted(set(old_servers) - set(new_servers)),
+        settings_changed=old.mcpvisor != new.mcpvisor,
+    )
+
+
 class Supervisor:
     """The process table, the event socket and the control socket."""
 
-    def __init__(self, config: Config, config_path: Path) -> None:
+    def __init__(self, config: Config, config_path: Path, *, notifier: Notifier | None = None) -> None:
         self.config = config
         self.config_path = config_path.resolve()
         self.data_dir = config_mod.data_dir(config, self.config_path)
@@ -42,14 +83,18 @@ class Supervisor:
         self.run_dir = runtime_dir(self.data_dir)
         self.endpoints = Endpoints.in_dir(self.run_dir)
         self.programs: dict[str, Program] = {}
+        self.reports: dict[str, Report] = {}
+        self._report_at: dict[str, float] = {}
+        self.started_at = time.monotonic()
+        self.notifier = notifier or Notifier()
+        self.commands = load_all()
+        self.config_version = 0
         self._events: ZSocket | None = None
         self._nursery: trio.Nursery | None = None
+        self._ops_lock = trio.Lock()  # one config-changing command at a time
         self.shutdown_requested = trio.Event()
 
-    # -- programs --------------------------------------------------------------------------------
-
-    def _base_env(self) -> dict[str, str]:
-        return dict(os.environ)
+    # -- launching -------------------------------------------------------------------------------
 
     def frontend_launch(self) -> Launch:
         spec = frontend_spec.FrontendSpec(
@@ -59,8 +104,9 @@ class Supervisor:
             control_endpoint=self.endpoints.control,
             events_endpoint=self.endpoints.events,
             config_path=str(self.config_path),
+            data_dir=str(self.data_dir),
         )
-        env = self._base_env() | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
+        env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
         return Launch([sys.executable, "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")
 
     def worker_launch(self, server: str) -> Launch:
@@ -68,30 +114,270 @@ class Supervisor:
             id=server,
             server=self.config.servers[server],
             calls_endpoint=self.endpoints.calls,
+            control_endpoint=self.endpoints.control,
             log_dir=str(self.log_dir),
             call_timeout=self.config.mcpvisor.call_timeout,
             log_level=self.config.mcpvisor.log_level,
         )
-        env = self._base_env() | {worker_spec.ENV_VAR: worker_spec.encode(spec)}
+        env = dict(os.environ) | {worker_spec.ENV_VAR: worker_spec.encode(spec)}
         return Launch([sys.executable, "-m", "mcpvisor.workers"], env, self.log_dir / f"{server}.worker.log")
 
     def _add_program(self, name: str, launch: Launch, policy: Policy) -> Program:
-        program = Program(name, launch, policy, self._emit)
+        program = Program(name, launch, policy, self._state_changed, needs_report=True)
         self.programs[name] = program
         assert self._nursery is not None
         self._nursery.start_soon(program.serve)
         return program
 
-    def _emit(self, program: Program) -> None:
-        """Publish a state change on the event socket: topic `process.<name>.<state>`."""
+    def _add_worker(self, server: str) -> Program:
+        return self._add_program(worker_name(server), self.worker_launch(server), self.config.servers[server].policy)
+
+    async def _remove_programs(self, names: list[str]) -> None:
+        """Stop these programs (all at once) and forget them."""
+        programs = [self.programs[name] for name in names if name in self.programs]
+        await self.stop_programs(programs)
+        for program in programs:
+            program.retire()
+            del self.programs[program.name]
+            self.reports.pop(program.name, None)
+            self._report_at.pop(program.name, None)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _state_changed(self, program: Program) -> None:
+        """Every state change: publish `process.<name>.<state>`, refresh systemd's status."""
+        if program.state is not ProcessState.RUNNING:
+            self.reports.pop(program.name, None)
+        event = ProcessEvent(name=program.name, state=program.state, pid=program.pid, description=program.description())
+        self._publish(f"process.{program.name}.{program.state.lower()}", event)
+        self._update_systemd()
+
+    def _publish(self, topic: str, message: ProcessEvent | ConfigChanged) -> None:
         if self._events is None:
             return
-        event = ProcessEvent(name=program.name, state=program.state, pid=program.pid, description=program.description())
-        topic = f"process.{program.name}.{program.state.lower()}".encode()
         try:
-            self._events.send_multipart_nowait([topic, *codec.events.encode(event)])
+            self._events.send_multipart_nowait([topic.encode(), *codec.events.encode(message)])
         except (zmq.ZMQError, trio.ClosedResourceError) as exc:
             log.debug("event not published: %s", exc)
+
+    def publish_config(self) -> None:
+        self.config_version += 1
+        servers = {name: msgspec.to_builtins(server) for name, server in self.config.servers.items()}
+        self._publish("config", ConfigChanged(servers=servers, version=self.config_version))
+
+    def _update_systemd(self) -> None:
+        if not self.notifier.enabled:
+            return
+        workers = [p for p in self.programs.values() if p.name.startswith(WORKER_PREFIX)]
+        ready = sum(
+            1
+            for p in workers
+            if (r := self.reports.get(p.name)) is not None and r.upstream_state is UpstreamState.READY
+        )
+        status = f"{ready}/{len(workers)} upstreams ready"
+        settled = all(p.name in self.reports or p.state in (ProcessState.FATAL, ProcessState.BACKOFF) for p in workers)
+        frontend = self.programs.get(FRONTEND)
+        if settled and frontend is not None and frontend.state is ProcessState.RUNNING:
+            self.notifier.ready(status)
+        if self.notifier.ready_sent:
+            self.notifier.send(f"STATUS={status}")
+
+    # -- reports and the watchdog ----------------------------------------------------------------
+
+    def on_report(self, report: Report) -> None:
+        program = self.programs.get(report.name)
+        if program is None or report.pid != program.pid:
+            return  # a late report from a process that is already gone
+        if report.fatal:
+            program.spawn_error = f"upstream failed to start: {report.fatal}"
+            return
+        previous = self.reports.get(report.name)
+        self.reports[report.name] = report
+        self._report_at[report.name] = time.monotonic()
+        if self._has_settled(program, report):
+            program.ready.set()
+        if previous is None or previous.upstream_state != report.upstream_state:
+            self._update_systemd()
+
+    def _has_settled(self, program: Program, report: Report) -> bool:
+        """Whether a report makes the process count as up: RUNNING is earned, not assumed.
+
+        The frontend is up once it reports. A worker is up once its upstream is ready; a remote
+        upstream that is unreachable also settles it (the worker keeps reconnecting), whereas a
+        stdio upstream that cannot start makes the worker exit, and start retries apply.
+        """
+        if report.upstream_state is None or report.upstream_state is UpstreamState.READY:
+            return True
+        server = self.config.servers.get(program.name.removeprefix(WORKER_PREFIX))
+        return report.upstream_state is UpstreamState.ERROR and server is not None and server.kind != "stdio"
+
+    async def _serve_watchdog(self) -> None:
+        """Kill a process that stopped reporting: it is hung, and its program will restart it."""
+        while True:
+            await trio.sleep(1.0)
+            now = time.monotonic()
+            for name, program in list(self.programs.items()):
+                seen = self._report_at.get(name)
+                if program.state is not ProcessState.RUNNING or seen is None or program.pid == 0:
+                    continue
+                if now - seen > program.policy.heartbeat_timeout:
+                    log.warning("%s: no report for %.1fs, killing pid %d", name, now - seen, program.pid)
+                    self._report_at.pop(name, None)
+                    program.kill_hung()
+
+    async def _serve_systemd_watchdog(self) -> None:
+        interval = self.notifier.watchdog_interval()
+        if interval is None:
+            return
+        while True:
+            self.notifier.send("WATCHDOG=1")
+            await trio.sleep(interval)
+
+    # -- control ---------------------------------------------------------------------------------
+
+    async def _serve_control(self, sock: ZSocket, nursery: trio.Nursery) -> None:
+        while True:
+            for frames in await sock.receive_batch():
+                if len(frames) < 2:
+                    continue
+                identity = frames[0]
+                try:
+                    msg, _ = codec.control.decode(frames[1:])
+                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                    log.warning("undecodable control message: %s", exc)
+                    continue
+                if isinstance(msg, Report):
+                    self.on_report(msg)
+                elif isinstance(msg, Command):
+                    nursery.start_soon(self._run_command, sock, identity, msg)
+
+    async def _run_command(self, sock: ZSocket, identity: bytes, cmd: Command) -> None:
+        spec = self.commands.get(cmd.name)
+        if spec is None:
+            reply = Reply(id=cmd.id, ok=False, error=f"unknown command {cmd.name!r}", exit_code=EXIT_UNKNOWN)
+        else:
+            try:
+                result = await spec.handler(self, cmd.args, cmd.data)
+                reply = Reply(id=cmd.id, ok=True, result=result, exit_code=spec.exit_code(result))
+            except CommandError as exc:
+                reply = Reply(id=cmd.id, ok=False, error=exc.message, exit_code=exc.exit_code)
+            except ConfigError as exc:
+                reply = Reply(id=cmd.id, ok=False, error=str(exc), exit_code=2)
+        log.info(
+            "command %s %s: %s",
+            cmd.name,
+            " ".join(cmd.args),
+            "ok" if reply.ok else reply.error,
+            extra={"fields": {"event": "command", "command": cmd.name, "ok": reply.ok}},
+        )
+        try:
+            await sock.send_multipart([identity, *codec.control.encode(reply)])
+        except (zmq.ZMQError, trio.ClosedResourceError) as exc:
+            log.debug("control reply not delivered: %s", exc)
+
+    # -- names -----------------------------------------------------------------------------------
+
+    def resolve(self, names: list[str], *, allow_all: bool = True) -> list[Program]:
+        """`time`, `frontend`, `all` -> programs; CommandError (exit 4) for an unknown name."""
+        if not names:
+            raise CommandError("name a server, 'frontend' or 'all'", EXIT_UNKNOWN)
+        if allow_all and "all" in names:
+            return list(self.programs.values())
+        found = []
+        for name in names:
+            program = self.programs.get(name if name == FRONTEND else worker_name(name))
+            if program is None:
+                if name in self.config.servers:
+                    raise CommandError(f"{name}: server is disabled (enable it first)", EXIT_UNKNOWN)
+                raise CommandError(f"{name}: no such server", EXIT_UNKNOWN)
+            found.append(program)
+        return found
+
+    def display_name(self, program: Program) -> str:
+        return program.name.removeprefix(WORKER_PREFIX)
+
+    def status_row(self, program: Program) -> dict[str, Any]:
+        report = self.reports.get(program.name)
+        row: dict[str, Any] = {
+            "name": self.display_name(program),
+            "state": str(program.state),
+            "description": program.description(),
+            "pid": program.pid,
+            "uptime": round(time.monotonic() - program.started_at, 1) if program.pid else 0,
+        }
+        if program.name.startswith(WORKER_PREFIX):
+            row["upstream"] = str(report.upstream_state) if report and report.upstream_state else ""
+            row["tools"] = report.tools if report else 0
+            row["error"] = report.error if report else ""
+            row["discoveries"] = report.discoveries if report else 0
+        return row
+
+    # -- lifecycle commands ----------------------------------------------------------------------
+
+    async def start_programs(self, programs: list[Program]) -> None:
+        for program in programs:
+            program.start()
+        async with trio.open_nursery() as nursery:
+            for program in programs:
+                nursery.start_soon(program.wait_settled)
+
+    async def stop_programs(self, programs: list[Program]) -> None:
+        for program in programs:
+            program.stop()
+        async with trio.open_nursery() as nursery:
+            for program in programs:
+                nursery.start_soon(program.wait_stopped)
+
+    # -- config commands -------------------------------------------------------------------------
+
+    def reread(self) -> tuple[Config, ConfigDiff]:
+        new = config_mod.load(self.config_path)
+        return new, diff_configs(self.config, new)
+
+    async def apply(self, new: Config, diff: ConfigDiff) -> ConfigDiff:
+        """Make the running processes match `new`: touch only what the diff names."""
+        self.config = new
+        await self._remove_programs([worker_name(name) for name in diff.removed + diff.changed])
+        for name in diff.added + diff.changed:
+            if new.servers[name].enabled:
+                self._add_worker(name).start()
+        frontend = self.programs.get(FRONTEND)
+        if frontend is not None:
+            frontend.launch = self.frontend_launch()
+            if diff.settings_changed:
+                await self.stop_programs([frontend])
+                frontend.start()
+        self.publish_config()
+        return diff
+
+    async def update(self) -> ConfigDiff:
+        """Reread the file and apply it; a broken file changes nothing (ConfigError)."""
+        async with self._ops_lock:
+            new, diff = self.reread()
+            if diff.empty:
+                return diff
+            return await self.apply(new, diff)
+
+    async def reload(self, new: Config) -> None:
+        """Restart every process with `new`."""
+        async with self._ops_lock:
+            await self._remove_programs([name for name in self.programs if name != FRONTEND])
+            self.config = new
+            frontend = self.programs[FRONTEND]
+            frontend.launch = self.frontend_launch()
+            await self.stop_programs([frontend])
+            frontend.start()
+            for name, server in new.servers.items():
+                if server.enabled:
+                    self._add_worker(name).start()
+            self.publish_config()
+
+    async def change_server(self, name: str, server: ServerConfig | None) -> None:
+        """Persist one server's new table (None: remove it) and apply it to the running set."""
+        async with self._ops_lock:
+            new = configstore.with_server(self.config, name, server)
+            configstore.save(self.config_path, new)
+            await self.apply(new, diff_configs(self.config, new))
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -101,44 +387,69 @@ class Supervisor:
         ctx = zmq.Context()
         events_raw = ctx.socket(zmq.PUB)
         events_raw.bind(self.endpoints.events)
+        control_raw = ctx.socket(zmq.ROUTER)
+        control_raw.bind(self.endpoints.control)
+        for endpoint in (self.endpoints.events, self.endpoints.control):
+            os.chmod(endpoint.removeprefix("ipc://"), 0o600)
         self._events = ZSocket(events_raw)
+        control = ZSocket(control_raw)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                frontend = self._add_program(FRONTEND, self.frontend_launch(), Policy())
-                frontend.start()
+                nursery.start_soon(self._serve_control, control, nursery)
+                nursery.start_soon(self._serve_watchdog)
+                nursery.start_soon(self._serve_systemd_watchdog)
+                self._add_program(FRONTEND, self.frontend_launch(), FRONTEND_POLICY).start()
                 for name, server in self.config.servers.items():
                     if server.enabled:
-                        self._add_program(worker_name(name), self.worker_launch(name), server.policy).start()
+                        self._add_worker(name).start()
                 log.info(
-                    "mcpvisor started: %d servers, listening on %s",
-                    len(self.programs) - 1,
+                    "mcpvisor started: %d servers, listening on %s, control at %s",
+                    sum(1 for s in self.config.servers.values() if s.enabled),
                     self.config.mcpvisor.listen,
+                    self.endpoints.control,
+                    extra={"fields": {"event": "started", "pid": os.getpid()}},
                 )
                 task_status.started()
                 await self.shutdown_requested.wait()
-                await self.stop_all()
+                self.notifier.send("STOPPING=1")
+                log.info("stopping every process")
+                await self.stop_programs(list(self.programs.values()))
                 nursery.cancel_scope.cancel()
         finally:
             self._events.close()
             self._events = None
+            control.close()
             ctx.term()
-
-    async def stop_all(self) -> None:
-        """Stop every process at once, each with its own stopwaitsecs."""
-        for program in self.programs.values():
-            program.stop()
-        async with trio.open_nursery() as nursery:
-            for program in self.programs.values():
-                nursery.start_soon(program.wait_stopped)
+            self.notifier.close()
+            for endpoint in (self.endpoints.events, self.endpoints.control):
+                Path(endpoint.removeprefix("ipc://")).unlink(missing_ok=True)
 
 
 async def serve(config: Config, config_path: Path) -> None:
+    """Run the supervisor until SIGTERM/SIGINT or `ctl shutdown`; SIGHUP applies the config file."""
     supervisor = Supervisor(config, config_path)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(supervisor.run)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("received %s: stopping", signal.Signals(signum).name)
-                supervisor.shutdown_requested.set()
-                break
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def handle_signals() -> None:
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        log.info("received SIGHUP: rereading %s", supervisor.config_path)
+                        nursery.start_soon(_update_on_hup, supervisor)
+                    else:
+                        log.info("received %s: stopping", signal.Signals(signum).name)
+                        supervisor.shutdown_requested.set()
+
+            nursery.start_soon(handle_signals)
+            await supervisor.run()
+            nursery.cancel_scope.cancel()
+
+
+async def _update_on_hup(supervisor: Supervisor) -> None:
+    try:
+        diff = await supervisor.update()
+    except ConfigError as exc:
+        log.error("SIGHUP: config not reloaded, the running config stays: %s", exc)
+        return
+    log.info("SIGHUP: added %s, changed %s, removed %s", diff.added, diff.changed, diff.removed)

@@ -40,11 +40,13 @@ class Child:
         popen: subprocess.Popen[bytes],
         stdin: trio.lowlevel.FdStream | None,
         stdout: trio.lowlevel.FdStream | None,
+        output: trio.lowlevel.FdStream | None = None,
     ) -> None:
         self._popen = popen
         self.pid = popen.pid
         self.stdin = stdin
         self.stdout = stdout
+        self.output = output  # stderr (and stdout unless piped separately), when captured
         self._pidfd = os.pidfd_open(popen.pid)
         self._exited = trio.Event()
         self._waiting = False
@@ -90,15 +92,22 @@ def spawn(
     stdin_pipe: bool = False,
     stdout_pipe: bool = False,
     output: IO[bytes] | int | None = None,
+    capture_output: bool = False,
     die_with_us: bool = True,
 ) -> Child:
-    """Fork/exec a child in its own process group; it gets SIGKILL if this process dies."""
+    """Fork/exec a child in its own process group; it gets SIGKILL if this process dies.
+
+    `capture_output` pipes stderr (and stdout, unless `stdout_pipe`) to `Child.output`.
+    """
     parent = os.getpid()
-    child_in = parent_in = child_out = parent_out = None
+    child_in = parent_in = child_out = parent_out = child_err = parent_err = None
     if stdin_pipe:
         child_in, parent_in = os.pipe()
     if stdout_pipe:
         parent_out, child_out = os.pipe()
+    if capture_output:
+        parent_err, child_err = os.pipe()
+        output = child_err
 
     def setup() -> None:
         if die_with_us:
@@ -117,13 +126,14 @@ def spawn(
             close_fds=True,
         )
     except BaseException:
-        for fd in (child_in, parent_in, child_out, parent_out):
+        for fd in (child_in, parent_in, child_out, parent_out, child_err, parent_err):
             if fd is not None:
                 os.close(fd)
         raise
-    for fd in (child_in, child_out):
+    for fd in (child_in, child_out, child_err):
         if fd is not None:
             os.close(fd)
     stdin = trio.lowlevel.FdStream(parent_in) if parent_in is not None else None
     stdout = trio.lowlevel.FdStream(parent_out) if parent_out is not None else None
-    return Child(popen, stdin, stdout)
+    captured = trio.lowlevel.FdStream(parent_err) if parent_err is not None else None
+    return Child(popen, stdin, stdout, captured)

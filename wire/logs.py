@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
+from pathlib import Path
+
+import trio
 
 
 class OneLineFormatter(logging.Formatter):
@@ -53,3 +57,61 @@ def setup(process_name: str, level: str = "info", *, structured: bool = False) -
     # The SDK and HTTP stacks are chatty at INFO about every request.
     for name in ("httpx", "httpx2", "mcp", "hypercorn.access", "mcp.server.lowlevel.server"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class RotatingFile:
+    """An append-only log file rotated by size: `name.log`, `name.log.1`, … `name.log.N`."""
+
+    def __init__(self, path: Path, *, max_bytes: int = 10 * 1024 * 1024, backups: int = 3) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - held open for the process's life
+        self._size = self._file.tell()
+
+    def write(self, data: bytes) -> None:
+        if self._size + len(data) > self.max_bytes and self._size > 0:
+            self.rotate()
+        self._file.write(data)
+        self._size += len(data)
+
+    def rotate(self) -> None:
+        self._file.close()
+        for index in range(self.backups, 0, -1):
+            source = self.path.with_name(f"{self.path.name}.{index - 1}") if index > 1 else self.path
+            if source.exists():
+                os.replace(source, self.path.with_name(f"{self.path.name}.{index}"))
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self._size = 0
+
+    def close(self) -> None:
+        self._file.close()
+
+
+async def pump(stream: trio.abc.ReceiveStream, sink: RotatingFile) -> None:
+    """Copy a child's output into a rotating file until the child closes it."""
+    try:
+        while chunk := await stream.receive_some(65536):
+            sink.write(chunk)
+    except (trio.ClosedResourceError, trio.BrokenResourceError):
+        pass
+    finally:
+        await stream.aclose()
+
+
+def tail_lines(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log file (reading from the end, not the whole file)."""
+    if lines <= 0 or not path.exists():
+        return []
+    with open(path, "rb") as file:
+        file.seek(0, os.SEEK_END)
+        end = file.tell()
+        block = 8192
+        data = b""
+        while end > 0 and data.count(b"\n") <= lines:
+            start = max(0, end - block)
+            file.seek(start)
+            data = file.read(end - start) + data
+            end = start
+    return [line.decode("utf-8", "replace") for line in data.splitlines()[-lines:]]

@@ -98,7 +98,30 @@ class Reply(_Msg, tag="reply"):
     exit_code: int = 0
 
 
-ControlMessage = Command | Reply
+class Report(_Msg, tag="report"):
+    """Worker or frontend -> supervisor: I am up (the first one makes it RUNNING), and my state.
+
+    Sent at start, on every upstream state change and every second; a worker that stops sending
+    it is considered hung and is restarted.
+    """
+
+    name: str  # the process name: `frontend` or `worker:<id>`
+    pid: int
+    upstream_state: UpstreamState | None = None
+    tools: int = 0
+    error: str = ""
+    fatal: str = ""  # set on the last report of a worker that is exiting because its upstream cannot start
+    discoveries: int = 0
+
+
+class ConfigChanged(_Msg, tag="config"):
+    """Supervisor -> frontend (events): the servers table changed; payload-free, data inline."""
+
+    servers: dict[str, Any]  # server name -> ServerConfig as builtins
+    version: int = 0
+
+
+ControlMessage = Command | Reply | Report
 
 
 # ---- events: supervisor PUB, topic `process.<name>.<event>` --------------------------------------
@@ -113,4 +136,4 @@ class ProcessEvent(_Msg, tag="proc"):
     description: str = ""
 
 
-EventMessage = ProcessEvent
+EventMessage = ProcessEvent | ConfigChanged

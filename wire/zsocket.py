@@ -5,12 +5,14 @@ pyzmq has no trio integration, so this adapter owns the rules that make one corr
 - `zmq.FD` is edge-triggered: it signals that `zmq.EVENTS` may have changed, not that a message
   is waiting. So `EVENTS` is checked before every wait, and the receive side drains with
   `NOBLOCK` until `zmq.Again`.
-- A send can process the socket's pending commands and so consume the read edge: after every
-  send, `POLLIN` is checked again and a parked receiver is woken.
+- Any call into the socket (send, receive, reading `EVENTS`) can process its pending commands and
+  so consume the edge another task is waiting for: after each, whoever waits for what `EVENTS`
+  now shows is woken.
 - Only one task may wait on the FD at a time (trio forbids two waiters on one fd); other tasks
   park on a lot that the FD waiter releases.
 - ROUTER sockets get `ROUTER_MANDATORY`: at the high-water mark a ROUTER otherwise drops messages
-  without a word, and an unknown peer is an error rather than silence.
+  without a word, and an unknown peer is an error rather than silence. Its `POLLOUT` means "some
+  peer has room", so a send to a full peer polls instead of waiting on `EVENTS`.
 - `trio.lowlevel.notify_closing` is called before the socket closes, so no task is left waiting
   on a dead fd.
 """
@@ -32,7 +34,7 @@ class ZSocket:
         self._lot = trio.lowlevel.ParkingLot()
         self._fd_wait_scope: trio.CancelScope | None = None
         self._closed = False
-        self._pollout_waiters = 0
+        self._waiters = {zmq.POLLIN: 0, zmq.POLLOUT: 0}  # tasks in _wait_for, by flag
         sock.setsockopt(zmq.LINGER, 0)
         if sock.type == zmq.ROUTER:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -57,21 +59,20 @@ class ZSocket:
 
     async def _wait_for(self, flag: int) -> None:
         """Return once `EVENTS` shows `flag`; at most one task waits on the fd itself."""
-        if flag & zmq.POLLOUT:
-            self._pollout_waiters += 1
-            try:
-                await self._wait_loop(flag)
-            finally:
-                self._pollout_waiters -= 1
-        else:
+        self._waiters[flag] += 1
+        try:
             await self._wait_loop(flag)
+        finally:
+            self._waiters[flag] -= 1
 
     async def _wait_loop(self, flag: int) -> None:
         while True:
             if self._closed:
                 raise trio.ClosedResourceError("socket closed")
-            if self._events() & flag:
+            events = self._events()
+            if events & flag:
                 return
+            self._wake(events)  # reading EVENTS may have taken another waiter's edge
             if self._fd_wait_scope is not None:
                 # Another task is on the fd; it wakes everyone whenever anything happens.
                 await self._lot.park()
@@ -84,15 +85,17 @@ class ZSocket:
                     self._fd_wait_scope = None
                     self._lot.unpark_all()
 
-    def _kick(self) -> None:
-        """After a send: if the send consumed the read edge, wake whoever waits."""
-        if self._closed:
-            return
-        events = self._events()
-        if events & zmq.POLLIN or (events & zmq.POLLOUT and self._pollout_waiters):
+    def _wake(self, events: int) -> None:
+        """Wake every waiter if `events` shows what one of them waits for."""
+        if any(events & flag and count for flag, count in self._waiters.items()):
             if self._fd_wait_scope is not None:
                 self._fd_wait_scope.cancel()
             self._lot.unpark_all()
+
+    def _kick(self) -> None:
+        """After a send or receive, which may have consumed an edge: wake whoever can go on."""
+        if not self._closed:
+            self._wake(self._events())
 
     # -- sending ---------------------------------------------------------------------------------
 
@@ -101,6 +104,7 @@ class ZSocket:
 
         Raises `zmq.ZMQError` with errno `EHOSTUNREACH` for a ROUTER peer that is not connected.
         """
+        poll_delay = 0.001
         while True:
             if self._closed:
                 raise trio.ClosedResourceError("socket closed")
@@ -109,7 +113,15 @@ class ZSocket:
                 # accepted, the rest are too, so NOBLOCK cannot split a message.
                 self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
             except zmq.Again:
-                await self._wait_for(zmq.POLLOUT)
+                events = self._events()
+                if not events & zmq.POLLOUT:
+                    await self._wait_for(zmq.POLLOUT)
+                    continue
+                # A ROUTER whose other peers have room: nothing on the fd says when this
+                # peer has, so poll (a busy loop here would freeze every task).
+                self._wake(events)
+                await trio.sleep(poll_delay)
+                poll_delay = min(poll_delay * 2, 0.05)
                 continue
             self._kick()
             await trio.lowlevel.checkpoint()
@@ -122,6 +134,7 @@ class ZSocket:
         try:
             self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
         except zmq.Again:
+            self._kick()
             return False
         self._kick()
         return True
@@ -142,6 +155,8 @@ class ZSocket:
                     raise trio.ClosedResourceError("socket closed") from None
                 raise
             if batch:
+                if self._waiters[zmq.POLLOUT]:
+                    self._kick()
                 await trio.lowlevel.checkpoint()
                 return batch
             await self._wait_for(zmq.POLLIN)
@@ -154,6 +169,12 @@ class ZSocket:
             except zmq.Again:
                 await self._wait_for(zmq.POLLIN)
                 continue
+            except zmq.ZMQError as exc:
+                if self._closed or exc.errno == zmq.ENOTSOCK:
+                    raise trio.ClosedResourceError("socket closed") from None
+                raise
+            if self._waiters[zmq.POLLOUT]:
+                self._kick()
             await trio.lowlevel.checkpoint()
             return frames
 

@@ -11,19 +11,35 @@ import trio
 
 from mcpvisor.wire import lifetime, logs
 from mcpvisor.workers import spec as worker_spec
-from mcpvisor.workers.worker import run
+from mcpvisor.workers.upstream import StartupFailed
+from mcpvisor.workers.worker import open_worker
 
 log = logging.getLogger("mcpvisor.worker")
 
+EXIT_UPSTREAM_FAILED = 3
 
-async def main(spec: worker_spec.WorkerSpec) -> None:
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run, spec)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("received %s, stopping", signal.Signals(signum).name)
+
+async def main(spec: worker_spec.WorkerSpec) -> int:
+    """Serve until SIGTERM/SIGINT (then let calls in flight finish) or until the upstream cannot start."""
+    failed = False
+    try:
+        async with open_worker(spec) as worker, trio.open_nursery() as nursery:
+
+            async def serve() -> None:
+                await worker.serve()
                 nursery.cancel_scope.cancel()
-                return
+
+            nursery.start_soon(serve)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.info("received %s: finishing %d calls in flight", signal.Signals(signum).name, worker.inflight)
+                    # The supervisor SIGKILLs after stopwaitsecs, which bounds this wait.
+                    await worker.drain()
+                    nursery.cancel_scope.cancel()
+                    break
+    except* StartupFailed:
+        failed = True
+    return EXIT_UPSTREAM_FAILED if failed else 0
 
 
 def entry() -> None:
@@ -34,7 +50,7 @@ def entry() -> None:
         sys.exit(2)
     spec = worker_spec.decode(text)
     logs.setup(f"worker[{spec.id}]", spec.log_level)
-    trio.run(main, spec)
+    sys.exit(trio.run(main, spec))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True, frozen=True):
     id: str  # routing identity: `server` or `tenant/server`
     server: ServerConfig
     calls_endpoint: str
+    control_endpoint: str = ""
     log_dir: str
     call_timeout: float = 120.0
     log_level: str = "info"

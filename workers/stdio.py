@@ -17,7 +17,6 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,6 +26,7 @@ import trio
 from mcp.shared.message import SessionMessage
 
 from mcpvisor.wire import lifetime
+from mcpvisor.wire.logs import RotatingFile, pump
 
 log = logging.getLogger(__name__)
 
@@ -154,18 +154,16 @@ async def open_stdio_upstream(
     args: list[str],
     env: Mapping[str, str],
     cwd: str | None,
-    stderr_path: Path,
+    stderr_log: RotatingFile,
 ) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream, anyio.abc.ObjectSendStream, StdioChannel]]:
     """Start the upstream and yield (read_stream, write_stream) for a ClientSession, and the channel."""
     executable = shutil.which(command, path=env.get("PATH")) or command
-    stderr_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(stderr_path, "ab", buffering=0) as stderr_file:
-        try:
-            process = lifetime.spawn(
-                [executable, *args], env=env, cwd=cwd, stdin_pipe=True, stdout_pipe=True, output=stderr_file
-            )
-        except OSError as exc:
-            raise UpstreamProcessError(f"cannot start {command!r}: {exc.strerror or exc}") from None
+    try:
+        process = lifetime.spawn(
+            [executable, *args], env=env, cwd=cwd, stdin_pipe=True, stdout_pipe=True, capture_output=True
+        )
+    except OSError as exc:
+        raise UpstreamProcessError(f"cannot start {command!r}: {exc.strerror or exc}") from None
     await trio.lowlevel.checkpoint()
     channel = StdioChannel(process)
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](64)
@@ -225,6 +223,8 @@ async def open_stdio_upstream(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read_stdout)
         nursery.start_soon(write_stdin)
+        assert process.output is not None
+        nursery.start_soon(pump, process.output, stderr_log)
         try:
             yield read_stream, write_stream, channel
         finally:

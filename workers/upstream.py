@@ -25,6 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 from mcpvisor.supervisor.config import ServerConfig
 from mcpvisor.supervisor.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.errors import ErrorCode, WireError
+from mcpvisor.wire.logs import RotatingFile, tail_lines
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers.stdio import (
     RawError,
@@ -55,7 +56,13 @@ PASS_THROUGH = frozenset({"tools/call", "resources/read", "prompts/get", "comple
 _json_params = msgspec.json.Decoder(dict[str, Any] | None)
 _RAW_RESULT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 _json = msgspec.json.Encoder()
-_MAX_PAGES = 1000  # a paginator that never ends must not hang discovery
+_MAX_PAGES = 1000
+REDISCOVER_QUIET = 0.2
+REDISCOVER_MAX_WAIT = 2.0  # a paginator that never ends must not hang discovery
+
+
+class StartupFailed(Exception):
+    """The upstream never became ready; the worker exits so the supervisor's start policy applies."""
 
 
 class _WatchedStream:
@@ -116,8 +123,14 @@ class Upstream:
         self.session: ClientSession | None = None
         self.redact = Redactor()
         self._lost = trio.Event()
+        self._lost_reason = ""
         self._rediscover = trio.Event()
         self._channel: StdioChannel | None = None
+        self._stderr_log = RotatingFile(log_dir / f"{name.replace('/', '.')}.stderr.log")
+        self.discoveries = 0  # how many discoveries ran (observable in tests and status)
+        self.tool_count = 0
+        self.ever_ready = False
+        self._exit_status: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -149,26 +162,44 @@ class Upstream:
     # -- the connection loop ---------------------------------------------------------------------
 
     async def serve(self) -> None:
-        """Connect, discover and stay connected; reconnect with backoff whenever the link is lost."""
+        """Connect, discover and stay connected; reconnect with backoff whenever the link is lost.
+
+        A stdio upstream that never became ready raises StartupFailed instead: the worker exits,
+        and the supervisor's start retries (BACKOFF, then FATAL) take over, as for any program
+        that cannot start. A remote upstream is retried here, since it may simply be down.
+        """
         attempt = 0
         policy = self.server.policy
         while True:
             self._lost = trio.Event()
+            self._lost_reason = ""
             self._set_state(UpstreamState.CONNECTING, self.error)
             try:
                 async with self._connect() as session:
                     self.session = session
-                    attempt = 0
                     await self._discover(session)
+                    attempt = 0
+                    self.ever_ready = True
                     self._set_state(UpstreamState.READY)
-                    await self._lost.wait()
-                    raise WireError(ErrorCode.UPSTREAM_GONE, "the upstream closed the connection")
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._serve_pings, session)
+                        nursery.start_soon(self._serve_polling, session)
+                        await self._lost.wait()
+                        nursery.cancel_scope.cancel()
+                    # Fail what is in flight and refuse new calls now, not after the teardown.
+                    self.session = None
+                    self._set_state(UpstreamState.ERROR, self._lost_reason or "the upstream closed the connection")
+                    if self._channel is not None:
+                        self._channel.close()
+                    raise WireError(ErrorCode.UPSTREAM_GONE, self._lost_reason or "the upstream closed the connection")
             except Exception as exc:  # the reconnect loop is the boundary: every failure becomes a state
-                message = describe_failure(exc)
+                message = self._explain(describe_failure(exc))
             finally:
                 self.session = None
                 self._channel = None
             self._set_state(UpstreamState.ERROR, message)
+            if not self.ever_ready and self.server.kind == "stdio":
+                raise StartupFailed(message)
             delay = backoff_delay(attempt, policy.reconnect_backoff_max)
             attempt += 1
             await trio.sleep(delay)
@@ -206,10 +237,11 @@ class Upstream:
                     server.args,
                     env,
                     server.cwd,
-                    self.log_dir / f"{self.name.replace('/', '.')}.stderr.log",
+                    self._stderr_log,
                 )
             )
             self._channel = channel
+            stack.callback(self._note_exit, channel)
             return read_stream, write_stream
         headers = resolve_all(server.headers)
         for value in headers.values():
@@ -219,6 +251,54 @@ class Upstream:
             return await stack.enter_async_context(sse_client(server.url, headers=headers))
         http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
         return await stack.enter_async_context(streamable_http_client(server.url, http_client=http))
+
+    def _explain(self, message: str) -> str:
+        """For a stdio upstream that died: its exit status and last words beat "connection closed"."""
+        if self._exit_status is None:
+            return message
+        status = self._exit_status
+        self._exit_status = None
+        how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        last = tail_lines(self._stderr_log.path, 1)
+        return f"the upstream process {how}" + (f": {last[0].strip()[:200]}" if last else "")
+
+    def mark_lost(self, reason: str) -> None:
+        """Give up on the current connection: the loop reconnects (restarting a stdio upstream)."""
+        if not self._lost.is_set():
+            self._lost_reason = reason
+            self._lost.set()
+
+    async def _serve_pings(self, session: ClientSession) -> None:
+        """A hung upstream (stopped, deadlocked) answers no ping: reconnect instead of timing out calls."""
+        policy = self.server.policy
+        while True:
+            await trio.sleep(policy.ping_interval)
+            with trio.move_on_after(policy.ping_timeout) as scope:
+                try:
+                    await session.send_ping()
+                except MCPError as exc:
+                    if exc.code == CONNECTION_CLOSED:
+                        self.mark_lost("the upstream closed the connection")
+                        return
+                    # An error answer is still an answer: the upstream is alive.
+            if scope.cancelled_caught:
+                self.mark_lost(f"no answer to ping within {policy.ping_timeout:g}s (upstream hung)")
+                return
+
+    async def _serve_polling(self, session: ClientSession) -> None:
+        """Rediscover every poll_interval for upstreams that do not announce list changes."""
+        caps = session.server_capabilities
+        announces = caps is not None and any(
+            getattr(cap, "list_changed", False) for cap in (caps.tools, caps.resources, caps.prompts) if cap is not None
+        )
+        if announces:
+            return
+        while True:
+            await trio.sleep(self.server.policy.poll_interval)
+            self._rediscover.set()
+
+    def _note_exit(self, channel: StdioChannel) -> None:
+        self._exit_status = channel.process.returncode
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ServerNotification):
@@ -259,6 +339,8 @@ class Upstream:
                 ErrorCode.TIMEOUT,
                 f"discovery took longer than {self.server.policy.discovery_timeout:g}s",
             )
+        self.discoveries += 1
+        self.tool_count = len(catalog["tools"])
         self._set_catalog(_json.encode(catalog))
 
     @staticmethod
@@ -298,13 +380,13 @@ class Upstream:
             return await channel.request(method, params)
         except RawError as exc:
             if exc.code == CONNECTION_CLOSED and channel.closed:
-                self._lost.set()
+                self.mark_lost("the upstream closed the connection")
                 raise WireError(
                     ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call"
                 ) from None
             raise WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code) from None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            self._lost.set()
+            self.mark_lost("the upstream closed the connection")
             raise WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection") from None
 
     async def _request_via_session(
@@ -322,7 +404,7 @@ class Upstream:
             raw = await session.send_request(request, _RAW_RESULT, request_read_timeout_seconds=timeout)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
-                self._lost.set()
+                self.mark_lost("the upstream closed the connection")
                 raise WireError(
                     ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call"
                 ) from None
@@ -334,9 +416,21 @@ class Upstream:
         return _json.encode(raw)
 
     async def serve_rediscovery(self) -> None:
-        """Rediscover on list_changed: at most one discovery in flight and one queued after it."""
+        """Rediscover on list_changed: at most one discovery in flight and one queued after it.
+
+        A burst is waited out first (until it has been quiet for REDISCOVER_QUIET, at most
+        REDISCOVER_MAX_WAIT), so a thousand notifications cost one or two discoveries, not one per
+        notification.
+        """
         while True:
             await self._rediscover.wait()
+            deadline = trio.current_time() + REDISCOVER_MAX_WAIT
+            while trio.current_time() < deadline:
+                self._rediscover = trio.Event()
+                with trio.move_on_after(min(REDISCOVER_QUIET, deadline - trio.current_time())):
+                    await self._rediscover.wait()
+                if not self._rediscover.is_set():
+                    break
             self._rediscover = trio.Event()
             session = self.session
             if session is None or self.state is not UpstreamState.READY:

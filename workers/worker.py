@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
@@ -12,10 +14,11 @@ import zmq
 
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
-from mcpvisor.wire.messages import Cancel, Failure, Heartbeat, Request, Response, Snapshot, SnapshotRequest
+from mcpvisor.wire.messages import Cancel, Failure, Heartbeat, Report, Request, Response, Snapshot, SnapshotRequest
+from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
 from mcpvisor.workers.spec import WorkerSpec
-from mcpvisor.workers.upstream import Upstream
+from mcpvisor.workers.upstream import StartupFailed, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +28,27 @@ HEARTBEAT_INTERVAL = 1.0
 class Worker:
     """Executes the requests the frontend routes to this worker's upstream."""
 
-    def __init__(self, spec: WorkerSpec, sock: ZSocket) -> None:
+    def __init__(self, spec: WorkerSpec, sock: ZSocket, control: ZSocket | None = None) -> None:
         self.spec = spec
         self.sock = sock
+        self.control = control
         self.upstream = Upstream(spec.id, spec.server, Path(spec.log_dir), self._catalog_changed)
         self._inflight: dict[int, trio.CancelScope] = {}
+        self._draining = False
+        self._drained = trio.Event()
         self._changed = trio.Event()
         self._max_inflight = spec.server.policy.max_inflight
         self._call_timeout = spec.server.policy.call_timeout or spec.call_timeout
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    async def drain(self) -> None:
+        """Refuse new calls and wait for the ones in flight to finish."""
+        self._draining = True
+        if self._inflight:
+            await self._drained.wait()
 
     def _catalog_changed(self) -> None:
         self._changed.set()
@@ -49,15 +65,43 @@ class Worker:
         return codec.calls.encode(msg, up.catalog)
 
     async def serve(self) -> None:
+        """Run until cancelled; raises StartupFailed when the upstream cannot be started."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.upstream.serve)
+            nursery.start_soon(self._serve_upstream, nursery)
             nursery.start_soon(self.upstream.serve_rediscovery)
             nursery.start_soon(self._serve_announcements)
             await self._serve_requests(nursery)
 
+    async def _serve_upstream(self, nursery: trio.Nursery) -> None:
+        try:
+            await self.upstream.serve()
+        except StartupFailed as exc:
+            log.error("upstream could not be started: %s", exc)
+            self._report(fatal=str(exc))
+            await trio.sleep(0.05)  # let the report leave before the process does
+            raise
+
+    def _report(self, fatal: str = "") -> None:
+        """Tell the supervisor we are alive and how the upstream is; dropped if it cannot go now."""
+        if self.control is None:
+            return
+        up = self.upstream
+        tools = up.tool_count if up.state is UpstreamState.READY else 0
+        report = Report(
+            name=f"worker:{self.spec.id}",
+            pid=os.getpid(),
+            upstream_state=up.state,
+            tools=tools,
+            error=up.error,
+            fatal=fatal,
+            discoveries=up.discoveries,
+        )
+        self.control.send_multipart_nowait(codec.control.encode(report))
+
     async def _serve_announcements(self) -> None:
         """Push the catalog when it changes; heartbeat so a restarted frontend can ask for it."""
         while True:
+            self._report()
             with trio.move_on_after(HEARTBEAT_INTERVAL):
                 await self._changed.wait()
             if self._changed.is_set():
@@ -79,6 +123,11 @@ class Worker:
                     continue
                 match msg:
                     case Request():
+                        if self._draining:
+                            await self._fail(
+                                msg.id, ErrorCode.SERVER_UNAVAILABLE, f"server '{self.spec.id}' is stopping"
+                            )
+                            continue
                         if len(self._inflight) >= self._max_inflight:
                             await self._fail(msg.id, ErrorCode.BUSY, self._busy_message())
                             continue
@@ -122,16 +171,27 @@ class Worker:
             await self._fail(msg.id, ErrorCode.INTERNAL, f"internal error in the worker for '{self.spec.id}'")
         finally:
             self._inflight.pop(msg.id, None)
+            if self._draining and not self._inflight:
+                self._drained.set()
 
 
-async def run(spec: WorkerSpec) -> None:
+@asynccontextmanager
+async def open_worker(spec: WorkerSpec) -> AsyncIterator[Worker]:
+    """A Worker with its sockets connected; closes them on exit."""
     ctx = zmq.Context()
     raw = ctx.socket(zmq.DEALER)
     raw.setsockopt(zmq.IDENTITY, spec.id.encode())
     raw.connect(spec.calls_endpoint)
     sock = ZSocket(raw)
+    control = None
+    if spec.control_endpoint:
+        control_raw = ctx.socket(zmq.DEALER)
+        control_raw.connect(spec.control_endpoint)
+        control = ZSocket(control_raw)
     try:
-        await Worker(spec, sock).serve()
+        yield Worker(spec, sock, control)
     finally:
         sock.close()
+        if control is not None:
+            control.close()
         ctx.term()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -97,6 +98,41 @@ class Stack:
     async def client(self, path: str = "/mcp/direct", **kwargs: Any) -> AsyncIterator[Client]:
         async with Client(f"{self.base_url}{path}", **kwargs) as client:
             yield client
+
+    def ctl(self, *args: str, json_output: bool = True, timeout: float = 60) -> tuple[int, Any]:
+        """Run `mcpvisor ctl` against this stack: (exit code, parsed JSON or text output)."""
+        command = [sys.executable, "-m", "mcpvisor.supervisor", "ctl", "-c", str(self.config_path)]
+        if json_output:
+            command.append("--json")
+        result = subprocess.run(
+            [*command, *args], capture_output=True, text=True, env=self.env, timeout=timeout, check=False
+        )
+        if not json_output:
+            return result.returncode, result.stdout + result.stderr
+        try:
+            return result.returncode, json.loads(result.stdout) if result.stdout.strip() else None
+        except json.JSONDecodeError:
+            return result.returncode, result.stdout + result.stderr
+
+    async def actl(self, *args: str, json_output: bool = True) -> tuple[int, Any]:
+        """`ctl` without blocking the test's event loop."""
+        return await trio.to_thread.run_sync(lambda: self.ctl(*args, json_output=json_output))
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        code, rows = self.ctl("status")
+        assert isinstance(rows, list), rows
+        return {row["name"]: row for row in rows}
+
+    async def wait_status(self, predicate: Any, *, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
+        """Poll `ctl status` until `predicate(rows_by_name)` holds."""
+        deadline = trio.current_time() + timeout
+        rows: dict[str, dict[str, Any]] = {}
+        while trio.current_time() < deadline:
+            rows = await trio.to_thread.run_sync(self.status)
+            if predicate(rows):
+                return rows
+            await trio.sleep(0.2)
+        raise TimeoutError(f"status never matched: {rows}")
 
     def pids(self) -> set[int]:
         """Every live process in the supervisor's tree (the supervisor included)."""

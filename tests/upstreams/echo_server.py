@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel
 
@@ -64,6 +64,12 @@ def build(name: str) -> MCPServer:
     def long_text(length: int) -> str:
         return "".join(chr(ord("a") + i % 26) for i in range(length))
 
+    @server.tool(description="Announce that the tool list changed, `count` times in a burst.")
+    async def notify_changes(count: int, ctx: Context) -> str:
+        for _ in range(count):
+            await ctx.session.send_tool_list_changed()
+        return f"sent {count}"
+
     @server.resource("test://readme", name="readme", description="A fixed text", mime_type="text/plain")
     def readme() -> str:
         return f"readme of {name}"
@@ -85,8 +91,9 @@ def main() -> None:
     parser.add_argument("--http", type=int, help="serve streamable HTTP on this port instead of stdio")
     parser.add_argument("--sse", type=int, help="serve legacy SSE on this port instead of stdio")
     parser.add_argument("--exit-at-once", action="store_true", help="exit with status 3 before serving")
+    parser.add_argument("--exit-if-exists", help="exit with status 3 before serving while this file exists")
     args = parser.parse_args()
-    if args.exit_at_once:
+    if args.exit_at_once or (args.exit_if_exists and os.path.exists(args.exit_if_exists)):
         print("exiting at once, as asked", file=sys.stderr)
         sys.exit(3)
     server = build(args.name)

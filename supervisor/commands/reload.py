@@ -1,0 +1,21 @@
+"""`reload`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mcpvisor.supervisor import config as config_mod
+from mcpvisor.supervisor.commands import command
+
+if TYPE_CHECKING:
+    from mcpvisor.supervisor.supervisor import Supervisor
+
+
+@command("reload", usage="reload", render=lambda _r: "Restarted every process with the config file")
+async def reload(sup: Supervisor, args: list[str], data: Any) -> None:
+    """Restart every process with the config file as it is now (update touches only what changed).
+
+    A broken file changes nothing.
+    """
+    new = config_mod.load(sup.config_path)
+    await sup.reload(new)

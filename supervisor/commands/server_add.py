@@ -1,0 +1,40 @@
+"""`server.add` (for the frontend's upstream_servers tool)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mcpvisor.supervisor import configstore
+from mcpvisor.supervisor.commands import CommandError, command
+from mcpvisor.supervisor.config import SERVER_NAME
+from mcpvisor.supervisor.secrets import redact_table
+
+if TYPE_CHECKING:
+    from mcpvisor.supervisor.supervisor import Supervisor
+
+
+def redacted(table: dict[str, Any]) -> dict[str, Any]:
+    """A server table safe to show: env and header values redacted."""
+    shown = dict(table)
+    for key in ("env", "headers"):
+        if isinstance(shown.get(key), dict):
+            shown[key] = redact_table(shown[key])
+    return shown
+
+
+@command("server.add", ctl=False)
+async def server_add(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+    """Add a server (data: {name, config}); it starts quarantined, and the config file is updated."""
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        raise CommandError("server.add needs data {name: str, config: {...}}")
+    name = data["name"]
+    if not SERVER_NAME.match(name) or name == "frontend":
+        raise CommandError(f"invalid server name {name!r}: letters, digits, '_', '-', '.', at most 63 characters")
+    if name in sup.config.servers:
+        raise CommandError(f"server {name!r} already exists (use patch to change it)")
+    table = dict(data.get("config") or {})
+    # Tools of a server nobody has reviewed yet are not shown to models until an operator approves.
+    table["quarantined"] = True
+    server = configstore.server_from_table(name, table, source=f"server {name!r}")
+    await sup.change_server(name, server)
+    return {"name": name, "quarantined": True, "config": redacted(configstore.server_table(server))}

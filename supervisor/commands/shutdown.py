@@ -1,0 +1,16 @@
+"""`shutdown`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mcpvisor.supervisor.commands import command
+
+if TYPE_CHECKING:
+    from mcpvisor.supervisor.supervisor import Supervisor
+
+
+@command("shutdown", usage="shutdown", render=lambda _result: "Shut down")
+async def shutdown(sup: Supervisor, args: list[str], data: Any) -> None:
+    """Stop every process gracefully and exit the supervisor (as SIGTERM does)."""
+    sup.shutdown_requested.set()

@@ -1,0 +1,48 @@
+"""`status [NAME...]`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mcpvisor.supervisor.commands import EXIT_NOT_RUNNING, EXIT_OK, command
+
+if TYPE_CHECKING:
+    from mcpvisor.supervisor.supervisor import Supervisor
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """supervisorctl's layout, then the upstream's state and tool count for workers."""
+    if not rows:
+        return "no processes"
+    name_width = max(len(row["name"]) for row in rows) + 2
+    desc_width = max(len(row["description"]) for row in rows) + 3
+    lines = []
+    for row in rows:
+        line = f"{row['name']:<{name_width}}{row['state']:<10}{row['description']:<{desc_width}}"
+        if row.get("upstream"):
+            line += f"{row['upstream']:<8}{row['tools']} tool{'s' if row['tools'] != 1 else ''}"
+            if row.get("error") and row["upstream"] != "ready":
+                line += f"  ({row['error']})"
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def exit_code(rows: list[dict[str, Any]]) -> int:
+    """LSB: 3 when anything listed is not running."""
+    return EXIT_OK if all(row["state"] == "RUNNING" for row in rows) else EXIT_NOT_RUNNING
+
+
+@command("status", usage="status [NAME...]", render=render, exit_code=exit_code)
+async def status(sup: Supervisor, args: list[str], data: Any) -> list[dict[str, Any]]:
+    """Show every process (or NAME...): state, pid and uptime, and each upstream's state and tools.
+
+    Disabled servers are listed as STOPPED. Exits 3 when something is not running, 4 for an
+    unknown name.
+    """
+    if args:
+        return [sup.status_row(program) for program in sup.resolve(args, allow_all=True)]
+    rows = [sup.status_row(program) for program in sup.programs.values()]
+    for name, server in sup.config.servers.items():
+        if not server.enabled:
+            rows.append({"name": name, "state": "STOPPED", "description": "disabled", "pid": 0, "uptime": 0})
+    return sorted(rows, key=lambda row: (row["name"] != "frontend", row["name"]))
