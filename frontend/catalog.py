@@ -46,7 +46,7 @@ def exposed_name(server: str, tool: str, style: Literal["colon", "underscore"]) 
     sep = ":" if style == "colon" else "__"
     name = f"{server}{sep}{tool}"
     if style == "underscore":
-        name = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
+        name = "".join(c if (c.isascii() and c.isalnum()) or c in "_-" else "_" for c in name)
     if len(name) <= MAX_TOOL_NAME:
         return name
     # Keep a readable head and make it unique with a hash of the whole original name, so two long

@@ -6,8 +6,10 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import CacheHint, Server, ServerRequestContext
+from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPError
 
+from mcpvisor.frontend.builtins import MANAGEMENT_TOOLS, builtins_for
 from mcpvisor.frontend.catalog import exposed_name
 from mcpvisor.frontend.gateway import AnnouncingServer, Gateway, complete, forwardable
 from mcpvisor.wire.errors import INVALID_PARAMS
@@ -29,20 +31,23 @@ CACHE_HINTS = {
 def build_direct_server(gateway: Gateway) -> Server[Any]:
     """The MCP server behind `/mcp/direct`."""
     catalog = gateway.catalog
+    builtins = builtins_for(gateway)  # the management tools, shared with /mcp (seed 003, FR-003)
 
     def visible():
         return catalog.ready_servers(gateway.visible_servers())
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
-        gateway.remember(ctx.session)
-        tools = []
+        gateway.remember(ctx)
+        tools = builtins.definitions(MANAGEMENT_TOOLS)
         for view in visible():
             for tool in view.tools:
                 tools.append({**tool, "name": exposed_name(view.id, tool["name"], catalog.name_style)})
         return complete({"tools": tools})
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
-        gateway.remember(ctx.session)
+        gateway.remember(ctx)
+        if params.name in MANAGEMENT_TOOLS:
+            return await builtins.call(params.name, params.arguments)
         server, tool = gateway.resolve_tool(params.name)
         forwarded = forwardable(params)
         forwarded["name"] = tool
@@ -51,17 +56,17 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
     async def list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
-        gateway.remember(ctx.session)
+        gateway.remember(ctx)
         return complete({"resources": [r for view in visible() for r in view.resources]})
 
     async def list_templates(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
-        gateway.remember(ctx.session)
+        gateway.remember(ctx)
         return complete({"resourceTemplates": [t for view in visible() for t in view.templates]})
 
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> dict[str, Any]:
-        gateway.remember(ctx.session)
+        gateway.remember(ctx)
         uri = str(params.uri)
         server = catalog.resolve_resource(uri)
         allowed = gateway.visible_servers()
@@ -72,12 +77,12 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
     async def list_prompts(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
-        gateway.remember(ctx.session)
+        gateway.remember(ctx)
         prompts = [{**p, "name": f"{view.id}:{p['name']}"} for view in visible() for p in view.prompts]
         return complete({"prompts": prompts})
 
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> dict[str, Any]:
-        gateway.remember(ctx.session)
+        gateway.remember(ctx)
         target = catalog.resolve_prompt(params.name)
         allowed = gateway.visible_servers()
         if target is None or (allowed is not None and target[0] not in allowed):
@@ -91,12 +96,15 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
 
     def tool_input_schema(name: str) -> dict[str, Any] | None:
         # Lets the 2026-07-28 HTTP path check Mcp-Param headers without listing every tool per call.
+        if name in MANAGEMENT_TOOLS:
+            return builtins.input_schema(name)
         tool = catalog.tool_definition(name)
         return tool.get("inputSchema") if tool is not None else None
 
     return AnnouncingServer(
         "mcpvisor-direct",
         get_tool_input_schema=tool_input_schema,
+        on_subscriptions_listen=ListenHandler(gateway.bus),
         version="0.1.0",
         instructions="Every tool of every connected upstream MCP server, named server:tool.",
         cache_hints=CACHE_HINTS,

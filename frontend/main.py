@@ -17,20 +17,22 @@ from hypercorn.trio import serve as hypercorn_serve
 from mcpvisor.frontend import spec as frontend_spec
 from mcpvisor.frontend.app import FrontendApp
 from mcpvisor.frontend.catalog import Catalog
+from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.direct import build_direct_server
 from mcpvisor.frontend.gateway import Gateway
 from mcpvisor.frontend.router import Router
-from mcpvisor.supervisor.config import parse_listen
+from mcpvisor.frontend.search_first import build_search_server
+from mcpvisor.supervisor.config import ServerConfig, parse_listen
 from mcpvisor.wire import codec, lifetime, logs
-from mcpvisor.wire.messages import ProcessEvent
+from mcpvisor.wire.messages import ConfigChanged, ProcessEvent, Report
 from mcpvisor.wire.states import ProcessState
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger("mcpvisor.frontend")
 
 
-async def serve_events(sock: ZSocket, router: Router) -> None:
-    """Fail calls to a worker the moment the supervisor sees it stop, instead of at the timeout."""
+async def serve_events(sock: ZSocket, gateway: Gateway, router: Router) -> None:
+    """Follow the supervisor: fail calls to a worker the moment it stops; take in config changes."""
     while True:
         for frames in await sock.receive_batch():
             try:
@@ -38,12 +40,30 @@ async def serve_events(sock: ZSocket, router: Router) -> None:
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 log.error("undecodable event: %s", exc)
                 continue
-            if (
-                isinstance(event, ProcessEvent)
-                and event.name.startswith("worker:")
-                and event.state not in (ProcessState.RUNNING, ProcessState.STARTING)
-            ):
-                router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
+            match event:
+                # STOPPING is left out on purpose: a stopping worker finishes the calls it has.
+                case ProcessEvent() if event.name.startswith("worker:") and event.state in (
+                    ProcessState.EXITED,
+                    ProcessState.STOPPED,
+                    ProcessState.BACKOFF,
+                    ProcessState.FATAL,
+                ):
+                    router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
+                case ConfigChanged():
+                    try:
+                        servers = msgspec.convert(event.servers, dict[str, ServerConfig])
+                    except msgspec.ValidationError as exc:
+                        log.error("config update not understood: %s", exc)
+                        continue
+                    gateway.apply_config(servers)
+
+
+async def serve_reports(sock: ZSocket) -> None:
+    """Tell the supervisor this frontend is up (it becomes RUNNING) and alive, every second."""
+    report = codec.control.encode(Report(name="frontend", pid=os.getpid()))
+    while True:
+        sock.send_multipart_nowait(report)
+        await trio.sleep(1.0)
 
 
 async def run(
@@ -58,14 +78,18 @@ async def run(
     calls_raw.bind(spec.calls_endpoint)
     events_raw = ctx.socket(zmq.SUB)
     events_raw.setsockopt(zmq.SUBSCRIBE, b"process.")
+    events_raw.setsockopt(zmq.SUBSCRIBE, b"config")
     events_raw.connect(spec.events_endpoint)
-    calls, events = ZSocket(calls_raw), ZSocket(events_raw)
+    control_raw = ctx.socket(zmq.DEALER)
+    control_raw.connect(spec.control_endpoint)
+    calls, events, control = ZSocket(calls_raw), ZSocket(events_raw), ZSocket(control_raw)
 
     catalog = Catalog(settings.direct_tool_names)
     gateway = Gateway(spec, catalog)
     router = Router(calls, catalog, gateway.catalog_changed)
     gateway.router = router
-    endpoints = {}
+    gateway.control = ControlClient(control)
+    endpoints = {"/mcp": build_search_server(gateway)}
     if settings.enable_direct_endpoint:
         endpoints["/mcp/direct"] = build_direct_server(gateway)
     app = FrontendApp(gateway, endpoints, host, settings.max_body_bytes)
@@ -79,14 +103,17 @@ async def run(
         async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
             await app.run(stack)
             nursery.start_soon(router.serve)
-            nursery.start_soon(serve_events, events, router)
+            nursery.start_soon(serve_events, events, gateway, router)
             nursery.start_soon(gateway.serve_notifications)
+            nursery.start_soon(gateway.control.serve)
             binds = await nursery.start(hypercorn_serve, app, config)
+            nursery.start_soon(serve_reports, control)
             log.info("serving MCP on %s (endpoints: %s)", ", ".join(binds), ", ".join(endpoints) or "none")
             task_status.started()
     finally:
         calls.close()
         events.close()
+        control.close()
         ctx.term()
 
 

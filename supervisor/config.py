@@ -228,8 +228,12 @@ _TABLE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
 _KEY = re.compile(r"^\s*([A-Za-z0-9_.\"' -]+?)\s*=")
 
 
+_KEY_PART = re.compile(r"\s*(?:\"((?:[^\"\\]|\\.)*)\"|'([^']*)'|([^.\"'\s]+))\s*")
+
+
 def _normalize_key(key: str) -> list[str]:
-    return [part.strip().strip("\"'") for part in key.split(".")]
+    """`servers."my.server".policy` -> ['servers', 'my.server', 'policy']: a quoted part keeps its dots."""
+    return [next(g for g in m.groups() if g is not None) for m in _KEY_PART.finditer(key)]
 
 
 def _line_of(text: str, path: list[str]) -> int | None:

@@ -45,7 +45,11 @@ def server_from_table(name: str, table: Any, *, source: str) -> ServerConfig:
     """Check one server table as if it stood in the file; ConfigError names the problem."""
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: server {name!r} must be a table (object)")
-    config = loads(tomli_w.dumps({"servers": {name: table}}), source=source)
+    try:
+        text = tomli_w.dumps({"servers": {name: table}})
+    except TypeError as exc:  # a JSON null, which TOML cannot hold
+        raise ConfigError(f"{source}: server {name!r}: {exc}; leave the key out instead") from None
+    config = loads(text, source=source)
     return config.servers[name]
 
 

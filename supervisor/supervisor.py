@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -310,6 +311,7 @@ class Supervisor:
             row["tools"] = report.tools if report else 0
             row["error"] = report.error if report else ""
             row["discoveries"] = report.discoveries if report else 0
+            row["connect_seconds"] = report.connect_seconds if report else 0.0
         return row
 
     # -- lifecycle commands ----------------------------------------------------------------------
@@ -337,6 +339,9 @@ class Supervisor:
     async def apply(self, new: Config, diff: ConfigDiff) -> ConfigDiff:
         """Make the running processes match `new`: touch only what the diff names."""
         self.config = new
+        # Tell the frontend first: a disabled or removed server disappears from clients' lists
+        # now, not after its worker has finished stopping.
+        self.publish_config()
         await self._remove_programs([worker_name(name) for name in diff.removed + diff.changed])
         for name in diff.added + diff.changed:
             if new.servers[name].enabled:
@@ -347,7 +352,6 @@ class Supervisor:
             if diff.settings_changed:
                 await self.stop_programs([frontend])
                 frontend.start()
-        self.publish_config()
         return diff
 
     async def update(self) -> ConfigDiff:
@@ -423,7 +427,9 @@ class Supervisor:
             ctx.term()
             self.notifier.close()
             for endpoint in (self.endpoints.events, self.endpoints.control):
-                Path(endpoint.removeprefix("ipc://")).unlink(missing_ok=True)
+                # A stale socket file would make `ctl` wait for an answer instead of failing at once.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(endpoint.removeprefix("ipc://"))
 
 
 async def serve(config: Config, config_path: Path) -> None:

@@ -22,9 +22,10 @@ class OneLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         level = record.levelname.lower()
-        line = f"{stamp}.{int(record.msecs):03d}Z {level:7} {self.process_name}: {record.getMessage()}"
+        message = " | ".join(record.getMessage().splitlines())
+        line = f"{stamp}.{int(record.msecs):03d}Z {level:7} {self.process_name}: {message}"
         if record.exc_info:
-            line += " | " + self.formatException(record.exc_info).replace("\n", " | ")
+            line += " | " + " | ".join(self.formatException(record.exc_info).splitlines())
         return line
 
 

@@ -112,6 +112,7 @@ class Report(_Msg, tag="report"):
     error: str = ""
     fatal: str = ""  # set on the last report of a worker that is exiting because its upstream cannot start
     discoveries: int = 0
+    connect_seconds: float = 0.0  # the upstream's own start: transport opened to initialize answered
 
 
 class ConfigChanged(_Msg, tag="config"):

@@ -129,6 +129,7 @@ class Upstream:
         self._stderr_log = RotatingFile(log_dir / f"{name.replace('/', '.')}.stderr.log")
         self.discoveries = 0  # how many discoveries ran (observable in tests and status)
         self.tool_count = 0
+        self.connect_seconds = 0.0
         self.ever_ready = False
         self._exit_status: int | None = None
 
@@ -208,6 +209,7 @@ class Upstream:
     async def _connect(self) -> AsyncIterator[ClientSession]:
         """Open the transport and run the initialize handshake within `init_timeout`."""
         timeout = self.server.policy.init_timeout
+        started = trio.current_time()
         async with AsyncExitStack() as stack:
             read_stream, write_stream = await self._open_transport(stack)
             session = ClientSession(
@@ -222,6 +224,7 @@ class Upstream:
             if scope.cancelled_caught:
                 raise WireError(ErrorCode.TIMEOUT, f"no answer to initialize within {timeout:g}s")
             self.server_name = result.server_info.name if result.server_info else ""
+            self.connect_seconds = trio.current_time() - started
             yield session
 
     async def _open_transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:

@@ -95,6 +95,7 @@ class Worker:
             error=up.error,
             fatal=fatal,
             discoveries=up.discoveries,
+            connect_seconds=up.connect_seconds,
         )
         self.control.send_multipart_nowait(codec.control.encode(report))
 

@@ -170,7 +170,7 @@ async def test_a_burst_of_list_changed_causes_at_most_two_discoveries(tmp_path: 
 
 
 async def _discoveries(stack: Any) -> int:
-    code, rows = await stack.actl("status", "echo")
+    _code, rows = await stack.actl("status", "echo")
     return rows[0]["discoveries"]
 
 
@@ -180,7 +180,11 @@ async def test_update_restarts_only_the_changed_server(tmp_path: Path) -> None:
         before = stack.status()
         changed = {**servers, "b": echo_server("b-changed"), "d": echo_server("d")}
         del changed["c"]
-        settings = {"listen": f"127.0.0.1:{stack.port}", "enable_direct_endpoint": True, "data_dir": str(stack.data_dir)}
+        settings = {
+            "listen": f"127.0.0.1:{stack.port}",
+            "enable_direct_endpoint": True,
+            "data_dir": str(stack.data_dir),
+        }
         write_config(stack.config_path, changed, settings)
         code, diff = await stack.actl("reread")
         assert code == 0
@@ -277,7 +281,18 @@ async def test_tail_follow_prints_new_lines(tmp_path: Path) -> None:
         import subprocess
 
         follower = subprocess.Popen(
-            [sys.executable, "-m", "mcpvisor.supervisor", "ctl", "-c", str(stack.config_path), "tail", "-f", "echo", "worker"],
+            [
+                sys.executable,
+                "-m",
+                "mcpvisor.supervisor",
+                "ctl",
+                "-c",
+                str(stack.config_path),
+                "tail",
+                "-f",
+                "echo",
+                "worker",
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env=stack.env,

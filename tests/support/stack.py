@@ -119,7 +119,7 @@ class Stack:
         return await trio.to_thread.run_sync(lambda: self.ctl(*args, json_output=json_output))
 
     def status(self) -> dict[str, dict[str, Any]]:
-        code, rows = self.ctl("status")
+        _code, rows = self.ctl("status")
         assert isinstance(rows, list), rows
         return {row["name"]: row for row in rows}
 

@@ -1,0 +1,309 @@
+"""`upstream_servers`: list, add, remove, patch, enable, disable, restart upstream servers and tail their logs.
+
+Listing reads the frontend's own view; every change is a command to the supervisor, which owns the
+configuration file, validates the change, writes it and publishes the new table back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from mcpvisor.frontend.control import ControlError
+from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.frontend.tool_args import (
+    ToolInputError,
+    check_parameters,
+    decode_json,
+    error_result,
+    get_integer,
+    get_string,
+    json_result,
+    json_type,
+)
+from mcpvisor.supervisor.config import SERVER_NAME, ServerConfig
+from mcpvisor.supervisor.merge import deep_merge
+from mcpvisor.supervisor.secrets import redact_table
+
+UPSTREAM_TOOL_NAME: Final = "upstream_servers"
+OPERATIONS: Final = ("list", "add", "remove", "update", "patch", "enable", "disable", "restart", "tail_log")
+DEFAULT_LINES: Final = 50
+MAX_LINES: Final = 1000
+
+# Server table fields a client may set, and the JSON type each takes. `quarantined` is not among
+# them: leaving quarantine is an approval (`quarantine_security`), not a config edit.
+_FIELDS: Final[dict[str, type]] = {
+    "command": str,
+    "args": list,
+    "env": dict,
+    "cwd": str,
+    "url": str,
+    "transport": str,
+    "headers": dict,
+    "enabled": bool,
+    "policy": dict,
+}
+# Fields that also come as JSON text (`args_json`, ...), for clients that cannot send nested values.
+_JSON_FIELDS: Final = ("args", "env", "headers", "policy")
+_TABLE_PARAMETERS: Final = (*_FIELDS, *(f"{field}_json" for field in _JSON_FIELDS))
+_ALLOWED: Final[dict[str, tuple[str, ...]]] = {
+    "list": (),
+    "add": _TABLE_PARAMETERS,
+    "remove": (),
+    "update": _TABLE_PARAMETERS,
+    "patch": _TABLE_PARAMETERS,
+    "enable": (),
+    "disable": (),
+    "restart": (),
+    "tail_log": ("lines",),
+}
+
+UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
+    "name": UPSTREAM_TOOL_NAME,
+    "description": (
+        "Manage the upstream MCP servers.\n"
+        "- list: every server with its state, tool count, enabled, quarantined, transport and command or "
+        "URL (secret values redacted).\n"
+        "- add: a new server (`name` and `command` or `url`, with `args`, `env`, `cwd`, `headers`, "
+        "`transport`, `enabled`, `policy`); it starts quarantined until approved with quarantine_security.\n"
+        "- update / patch: change only the fields given (scalars replace, maps such as env and headers "
+        "merge, arrays such as args replace, null removes a field).\n"
+        "- remove, enable, disable, restart: by `name`.\n"
+        "- tail_log: the last `lines` lines of the server's log.\n"
+        "Nested values may also be passed as JSON text: args_json, env_json, headers_json, policy_json."
+    ),
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "operation": {"type": "string", "enum": list(OPERATIONS), "description": "What to do."},
+            "action": {"type": "string", "enum": list(OPERATIONS), "description": "Same as `operation`."},
+            "name": {"type": "string", "description": "Server name (every operation but list)."},
+            "command": {"type": ["string", "null"], "description": "Program of a stdio server."},
+            "args": {"type": ["array", "null"], "items": {"type": "string"}, "description": "Its arguments."},
+            "args_json": {"type": "string", "description": "`args` as a JSON array string."},
+            "env": {
+                "type": ["object", "null"],
+                "additionalProperties": {"type": ["string", "null"]},
+                "description": "Environment variables; values may reference secrets as ${env:NAME} or ${file:PATH}.",
+            },
+            "env_json": {"type": "string", "description": "`env` as a JSON object string."},
+            "cwd": {"type": ["string", "null"], "description": "Working directory of a stdio server."},
+            "url": {"type": ["string", "null"], "description": "URL of a streamable HTTP or SSE server."},
+            "transport": {
+                "type": ["string", "null"],
+                "enum": ["auto", "stdio", "streamable-http", "sse", None],
+                "description": "Transport (default auto).",
+            },
+            "headers": {
+                "type": ["object", "null"],
+                "additionalProperties": {"type": ["string", "null"]},
+                "description": "HTTP headers; values may reference secrets as ${env:NAME} or ${file:PATH}.",
+            },
+            "headers_json": {"type": "string", "description": "`headers` as a JSON object string."},
+            "enabled": {"type": ["boolean", "null"], "description": "Whether the server runs."},
+            "policy": {
+                "type": ["object", "null"],
+                "description": "Timeouts and restart policy (init_timeout, call_timeout, startretries, ...).",
+            },
+            "policy_json": {"type": "string", "description": "`policy` as a JSON object string."},
+            "lines": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LINES,
+                "default": DEFAULT_LINES,
+                "description": "Number of log lines for tail_log.",
+            },
+        },
+        "additionalProperties": False,
+    },
+    "annotations": {
+        "title": "Upstream servers",
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": False,
+        "openWorldHint": False,
+    },
+}
+
+
+class UpstreamServers:
+    """The `upstream_servers` tool."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def __call__(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        operation = _operation(arguments)
+        what = f"{UPSTREAM_TOOL_NAME} operation '{operation}'"
+        allowed = ("operation", "action", *(("name",) if operation != "list" else ()), *_ALLOWED[operation])
+        check_parameters(arguments, allowed, what=what)
+        if operation == "list":
+            return json_result({"servers": self.list_servers()})
+        name = get_string(arguments, "name", required=True)
+        assert name is not None
+        if operation == "add":
+            return await self._add(name, arguments)
+        self._known(name)
+        if operation in ("update", "patch"):
+            return await self._patch(name, arguments)
+        if operation == "tail_log":
+            lines = get_integer(arguments, "lines", default=DEFAULT_LINES, minimum=1, maximum=MAX_LINES)
+            return await self._control(operation, name, "tail", [name, "--lines", str(lines)])
+        if operation == "remove":
+            return await self._control(operation, name, "server.remove", [name])
+        return await self._control(operation, name, operation, [name])
+
+    def list_servers(self) -> list[dict[str, Any]]:
+        """Every configured server, with what the frontend knows of its state; secrets redacted."""
+        servers = []
+        for name in sorted(set(self.gateway.spec.servers) | set(self.gateway.catalog.servers)):
+            config = self.gateway.spec.servers.get(name)
+            view = self.gateway.catalog.servers.get(name)
+            if config is not None and not config.enabled:
+                state = "disabled"
+            elif view is None or not view.alive:
+                state = "not running"
+            else:
+                state = str(view.state)
+            entry: dict[str, Any] = {
+                "name": name,
+                "state": state,
+                "tool_count": len(view.tools) if view is not None else 0,
+                "enabled": config.enabled if config is not None else True,
+                "quarantined": config.quarantined if config is not None else False,
+            }
+            if view is not None and view.error and state != "ready":
+                entry["error"] = view.error
+            if config is not None:
+                entry["transport"] = config.kind
+                if config.command is not None:
+                    entry["command"] = config.command
+                    entry["args"] = list(config.args)
+                    if config.cwd is not None:
+                        entry["cwd"] = config.cwd
+                    entry["env"] = redact_table(config.env)
+                else:
+                    entry["url"] = config.url
+                    entry["headers"] = redact_table(config.headers)
+            servers.append(entry)
+        return servers
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    async def _add(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if not SERVER_NAME.match(name) or name == "frontend":
+            raise ToolInputError(
+                f"Invalid server name '{name}': use letters, digits, '_', '-' or '.' (no ':' or '/'), "
+                "at most 63 characters"
+            )
+        if name in self.gateway.spec.servers:
+            raise ToolInputError(f"Server '{name}' already exists; change it with operation 'patch'")
+        table = {key: value for key, value in _table_fields(arguments).items() if value is not None}
+        _check_table(name, table)
+        answer = await self._control("add", name, "server.add", data={"name": name, "config": table})
+        if not answer["isError"]:
+            answer = json_result(
+                {
+                    **answer["structuredContent"],
+                    "quarantined": True,
+                    "message": (
+                        f"Server '{name}' added. It is quarantined: its tools are hidden and not run until an "
+                        f'operator approves it with quarantine_security {{"action": "approve", "name": "{name}"}}.'
+                    ),
+                }
+            )
+        return answer
+
+    async def _patch(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        patch = _table_fields(arguments)
+        if not patch:
+            accepted = ", ".join(_TABLE_PARAMETERS)
+            raise ToolInputError(f"Nothing to change for server '{name}': give one or more of {accepted}")
+        current = msgspec.to_builtins(self.gateway.spec.servers[name])
+        _check_table(name, deep_merge(current, patch))
+        return await self._control("patch", name, "server.patch", data={"name": name, "patch": patch})
+
+    async def _control(
+        self, operation: str, name: str, command: str, args: list[str] | None = None, data: Any = None
+    ) -> dict[str, Any]:
+        control = self.gateway.control
+        if control is None:
+            return error_result("The supervisor cannot be reached from this frontend; try again shortly")
+        try:
+            result = await control.call(command, args, data)
+        except ControlError as exc:
+            return error_result(f"{UPSTREAM_TOOL_NAME} {operation} '{name}' failed: {exc}")
+        answer: dict[str, Any] = {"name": name, "operation": operation}
+        if operation == "tail_log" and isinstance(result, dict) and "streams" in result:
+            answer["logs"] = _log_lines(result["streams"])
+        elif isinstance(result, dict):
+            answer.update({key: value for key, value in result.items() if key != "name"})
+        elif result is not None:
+            answer["result"] = result
+        return json_result(answer)
+
+    def _known(self, name: str) -> None:
+        if name not in self.gateway.spec.servers:
+            known = ", ".join(sorted(self.gateway.spec.servers)) or "none"
+            raise ToolInputError(f"Unknown server '{name}' (servers: {known})")
+
+
+def _operation(arguments: Mapping[str, Any]) -> str:
+    operation = get_string(arguments, "operation", choices=OPERATIONS)
+    alias = get_string(arguments, "action", choices=OPERATIONS)
+    if operation is not None and alias is not None and operation != alias:
+        raise ToolInputError("Parameters 'operation' and 'action' disagree; give one of them")
+    chosen = operation or alias
+    if chosen is None:
+        raise ToolInputError(f"Parameter 'operation' is required: one of {', '.join(OPERATIONS)}")
+    return chosen
+
+
+def _log_lines(streams: Any) -> dict[str, list[str]]:
+    """Log text by stream (the worker's log, the upstream's stderr) as lines; file paths left out."""
+    logs: dict[str, list[str]] = {}
+    for stream in streams if isinstance(streams, list) else []:
+        if isinstance(stream, dict) and isinstance(stream.get("text"), str):
+            logs[str(stream.get("stream", "log"))] = stream["text"].splitlines()
+    return logs
+
+
+def _table_fields(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The server table fields given (an explicit null kept: it removes the field in a patch)."""
+    table: dict[str, Any] = {}
+    for field, kind in _FIELDS.items():
+        json_key = f"{field}_json"
+        if field in arguments and json_key in arguments:
+            raise ToolInputError(f"Give '{field}' or '{json_key}', not both")
+        if json_key in arguments:
+            text = arguments[json_key]
+            if not isinstance(text, str):
+                raise ToolInputError(f"Parameter '{json_key}' must be a string of JSON, got {json_type(text)}")
+            value = decode_json(text, json_key)
+        elif field in arguments:
+            value = arguments[field]
+        else:
+            continue
+        if value is not None and not isinstance(value, kind):
+            expected = {str: "a string", list: "an array", dict: "an object", bool: "a boolean"}[kind]
+            raise ToolInputError(f"Parameter '{field}' must be {expected} or null, got {json_type(value)}")
+        table[field] = value
+    return table
+
+
+def _check_table(name: str, table: Mapping[str, Any]) -> None:
+    """Refuse a server table the supervisor would refuse, with a message that names the field."""
+    try:
+        config = msgspec.convert(dict(table), ServerConfig)
+    except msgspec.ValidationError as exc:
+        raise ToolInputError(f"Invalid settings for server '{name}': {exc}") from None
+    if (config.command is None) == (config.url is None):
+        raise ToolInputError(f"Server '{name}' needs exactly one of 'command' (stdio) or 'url' (HTTP)")
+    if config.url is not None and not config.url.startswith(("http://", "https://")):
+        raise ToolInputError(f"Server '{name}': 'url' must start with http:// or https://")
+    if config.command is not None and config.transport not in ("auto", "stdio"):
+        raise ToolInputError(f"Server '{name}' has a command, so its transport is stdio")
+    if config.url is not None and config.transport == "stdio":
+        raise ToolInputError(f"Server '{name}' has a url, so its transport cannot be stdio")

@@ -1,0 +1,97 @@
+"""`retrieve_tools`: BM25 search over the upstream tools a client may call, and which call tool to use."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from mcpvisor.frontend.approvals import ToolApprovals
+from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.frontend.tool_args import check_parameters, get_integer, get_string, json_result
+
+RETRIEVE_TOOL_NAME: Final = "retrieve_tools"
+MAX_LIMIT: Final = 100
+
+
+def call_with(annotations: Mapping[str, Any] | None) -> str:
+    """The call tool a client should use for a tool with these annotations.
+
+    A tool marked destructive needs `call_tool_destructive` even if it also claims to be read-only:
+    the other two refuse it, and the cautious reading of contradictory hints is the safe one.
+    """
+    annotations = annotations or {}
+    if annotations.get("destructiveHint") is True:
+        return "call_tool_destructive"
+    if annotations.get("readOnlyHint") is True:
+        return "call_tool_read"
+    return "call_tool_write"
+
+
+def retrieve_tool(default_limit: int) -> dict[str, Any]:
+    """The tool definition, with the configured default number of results."""
+    return {
+        "name": RETRIEVE_TOOL_NAME,
+        "description": (
+            "Search the tools of all connected upstream servers by keywords (BM25). Use it first: upstream "
+            "tools are not listed directly. Each result gives the tool's name in server:tool form, its "
+            "description, input schema, annotations, a relevance score, and `call_with`: the tool to call it "
+            "with (call_tool_read, call_tool_write or call_tool_destructive)."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "Search keywords, e.g. 'create github issue'.",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_LIMIT,
+                    "default": default_limit,
+                    "description": f"Maximum number of results (default {default_limit}, at most {MAX_LIMIT}).",
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        "annotations": {"title": "Search tools", "readOnlyHint": True, "openWorldHint": False},
+    }
+
+
+def retrieve_tools(gateway: Gateway, approvals: ToolApprovals, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Run the search; tools of hidden servers and tools changed since approval are left out."""
+    check_parameters(arguments, ("query", "limit"), what=RETRIEVE_TOOL_NAME)
+    query = get_string(arguments, "query", required=True)
+    assert query is not None
+    limit = get_integer(arguments, "limit", default=gateway.spec.settings.tools_limit, minimum=1, maximum=MAX_LIMIT)
+
+    visible = gateway.visible_servers()
+    views = {view.id: view for view in gateway.catalog.ready_servers(visible)}
+    unapproved = {
+        (server, tool) for server, view in views.items() for tool in approvals.drift(server, view.tools).unapproved
+    }
+    hits = gateway.index.search(query, limit + len(unapproved), servers=list(views))
+    tools = []
+    for hit in hits:
+        if (hit.server, hit.tool) in unapproved:
+            continue
+        definition = next((t for t in views[hit.server].tools if t.get("name") == hit.tool), None)
+        if definition is None:  # the index lags the catalog by one change at most
+            continue
+        entry: dict[str, Any] = {
+            "name": f"{hit.server}:{hit.tool}",
+            "server": hit.server,
+            "description": definition.get("description", ""),
+            "inputSchema": definition.get("inputSchema", {"type": "object"}),
+        }
+        if "title" in definition:
+            entry["title"] = definition["title"]
+        if definition.get("annotations"):
+            entry["annotations"] = definition["annotations"]
+        entry["score"] = round(hit.score, 4)
+        entry["call_with"] = call_with(definition.get("annotations"))
+        tools.append(entry)
+        if len(tools) == limit:
+            break
+    return json_result({"query": query, "tools": tools, "total": len(tools)})

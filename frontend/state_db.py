@@ -1,0 +1,55 @@
+"""The frontend's runtime state in SQLite (`state.sqlite` in the data dir): WAL, this process the one writer.
+
+Holds what is not configuration: the activity log of calls and the hashes of approved tools.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Final
+
+STATE_FILE: Final = "state.sqlite"
+
+# Each entry upgrades the schema by one version; `PRAGMA user_version` records how far a file got.
+_MIGRATIONS: Final[tuple[str, ...]] = (
+    """
+    CREATE TABLE calls (
+        id INTEGER PRIMARY KEY,
+        time REAL NOT NULL,
+        server TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        variant TEXT NOT NULL,
+        intent TEXT,
+        outcome TEXT NOT NULL,
+        duration_ms REAL NOT NULL
+    );
+    CREATE INDEX calls_by_time ON calls (time);
+    CREATE TABLE tool_approvals (
+        server TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        approved_at REAL NOT NULL,
+        PRIMARY KEY (server, tool)
+    );
+    """,
+)
+
+
+def open_state_db(data_dir: str) -> sqlite3.Connection:
+    """Open (creating and upgrading as needed) the state store; in memory when there is no data dir."""
+    if data_dir:
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        location = str(Path(data_dir) / STATE_FILE)
+    else:
+        location = ":memory:"
+    db = sqlite3.connect(location, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    # With WAL, NORMAL syncs at checkpoints only: a power cut may lose the last calls logged, never
+    # corrupt the file; a call must not wait for a disk flush.
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA busy_timeout=2000")
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+        db.executescript(f"BEGIN; {script} PRAGMA user_version = {number}; COMMIT;")
+    return db
