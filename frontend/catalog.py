@@ -142,6 +142,8 @@ class Catalog:
             if not view.ready:
                 continue
             for tool in view.tools:
+                if not isinstance(tool.get("name"), str):
+                    continue  # an upstream that lists a nameless tool: nothing can call it
                 name = exposed_name(server_id, tool["name"], self.name_style)
                 if name in tools:
                     log.warning("tool name %s is exposed twice; %s keeps it", name, tools[name][0])
@@ -149,8 +151,12 @@ class Catalog:
                 tools[name] = (server_id, tool["name"])
                 defs[name] = tool
             for prompt in view.prompts:
+                if not isinstance(prompt.get("name"), str):
+                    continue
                 prompts.setdefault(f"{server_id}:{prompt['name']}", (server_id, prompt["name"]))
             for resource in view.resources:
+                if not isinstance(resource.get("uri"), str):
+                    continue
                 owner = resources.setdefault(resource["uri"], server_id)
                 if owner != server_id:
                     log.warning(

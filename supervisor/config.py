@@ -113,8 +113,8 @@ def data_dir(config: Config, config_path: Path | None = None) -> Path:
 
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"listen must be HOST:PORT, got {listen!r}")
+    if not sep or not port.isdigit() or (":" in host and not host.startswith("[")):
+        raise ConfigError(f"listen must be HOST:PORT (IPv6 as [::1]:PORT), got {listen!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 

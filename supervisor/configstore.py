@@ -16,13 +16,17 @@ from mcpvisor.supervisor.config import Config, ConfigError, ServerConfig, loads
 def write_atomic(path: Path, text: str) -> None:
     """Replace `path` with `text` so that readers see the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    if path.exists():
-        shutil.copy2(path, path.with_name(f"{path.name}.bak"))
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        if path.exists():
+            shutil.copy2(path, path.with_name(f"{path.name}.bak"))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
