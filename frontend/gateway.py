@@ -5,17 +5,20 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import trio
 from mcp.server import NotificationOptions, Server
 from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated, ToolsListChanged
+from mcp_types import LoggingLevel
 
+from mcpvisor.frontend.calls import ClientCall, tag_log
 from mcpvisor.frontend.catalog import Catalog, split_name
 from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.router import Router
@@ -61,6 +64,18 @@ def complete(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+_LEVELS = {name: rank for rank, name in enumerate(get_args(LoggingLevel))}
+
+
+def _connection_of(ctx: Any) -> Connection | None:
+    """The client connection behind a request context (or a ServerSession)."""
+    # The SDK gives handlers a per-request ServerSession; the connection behind it is what
+    # outlives the request (it has no public accessor in this SDK version).
+    session = getattr(ctx, "session", ctx)
+    connection = getattr(session, "_connection", None)
+    return connection if isinstance(connection, Connection) else None
+
+
 class AnnouncingServer(Server[Any]):
     """An SDK server that tells clients its lists change (they do, whenever an upstream's does)."""
 
@@ -94,6 +109,8 @@ class Gateway:
         self.router: Router | None = None
         self.control: ControlClient | None = None
         self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self._log_levels: weakref.WeakKeyDictionary[Connection, str] = weakref.WeakKeyDictionary()
+        self._subscribers: dict[str, weakref.WeakSet[Connection]] = {}
         self.bus = InMemorySubscriptionBus()
         self._changed = trio.Event()
 
@@ -105,11 +122,18 @@ class Gateway:
             return config.policy.call_timeout
         return self.spec.settings.call_timeout
 
-    async def forward(self, server: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Run one request on a server's upstream; MCPError with a clear message on failure."""
+    async def forward(
+        self, server: str, method: str, params: dict[str, Any], ctx: ServerRequestContext[Any] | None = None
+    ) -> dict[str, Any]:
+        """Run one request on a server's upstream; MCPError with a clear message on failure.
+
+        With the client's request context, the upstream's progress, logs and questions (sampling,
+        elicitation, roots) during the request go back to that client.
+        """
         assert self.router is not None
+        call = ClientCall(ctx, server) if ctx is not None else None
         try:
-            raw = await self.router.request(server, method, _encode(params), self.call_timeout(server))
+            raw = await self.router.request(server, method, params, self.call_timeout(server), call)
         except WireError as exc:
             raise MCPError(code=exc.jsonrpc_code, message=exc.message) from None
         return complete(_decode_result.decode(raw))
@@ -159,17 +183,67 @@ class Gateway:
 
     # -- notifications ---------------------------------------------------------------------------
 
+    # -- logging and subscriptions (handshake era: per connection) -------------------------------
+
+    def set_log_level(self, ctx: Any, level: str) -> None:
+        """logging/setLevel: this client gets upstream log lines at `level` and above."""
+        connection = _connection_of(ctx)
+        if connection is not None:
+            self._log_levels[connection] = level
+
+    async def subscribe(self, ctx: Any, uri: str) -> None:
+        """resources/subscribe: the upstream is subscribed once per URI, however many clients ask."""
+        server = self._resource_server(uri)
+        subscribers = self._subscribers.setdefault(uri, weakref.WeakSet())
+        first = len(subscribers) == 0
+        connection = _connection_of(ctx)
+        if connection is not None:
+            subscribers.add(connection)
+        if first:
+            await self.forward(server, "resources/subscribe", {"uri": uri})
+
+    async def unsubscribe(self, ctx: Any, uri: str) -> None:
+        server = self._resource_server(uri)
+        subscribers = self._subscribers.get(uri)
+        connection = _connection_of(ctx)
+        if subscribers is not None and connection is not None:
+            subscribers.discard(connection)
+        if subscribers is not None and len(subscribers) == 0:
+            del self._subscribers[uri]
+            await self.forward(server, "resources/unsubscribe", {"uri": uri})
+
+    def _resource_server(self, uri: str) -> str:
+        server = self.catalog.resolve_resource(uri)
+        allowed = self.visible_servers()
+        if server is None or (allowed is not None and server not in allowed):
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource '{uri}': no connected server offers it")
+        return server
+
+    async def on_upstream_notification(self, server: str, method: str, payload: bytes) -> None:
+        """An upstream notification not tied to one call: fan it out to the clients that want it."""
+        try:
+            params = _decode_result.decode(payload)
+        except msgspec.DecodeError:
+            return
+        if method == "notifications/message":
+            tagged = tag_log(server, params)
+            rank = _LEVELS.get(str(tagged.get("level")), 0)
+            for connection, level in list(self._log_levels.items()):
+                if rank >= _LEVELS.get(level, 0):
+                    await connection.notify(method, tagged)
+        elif method == "notifications/resources/updated" and isinstance(uri := params.get("uri"), str):
+            for connection in list(self._subscribers.get(uri, ())):
+                await connection.notify(method, params)
+            await self.bus.publish(ResourceUpdated(uri=uri))
+
     def remember(self, ctx: Any) -> None:
         """Track a client's connection (from a request context) to announce catalog changes to it.
 
         Handshake-era clients are told on their connection's standalone stream; 2026-07-28 clients
         hear it on their `subscriptions/listen` stream, fed by `self.bus`.
         """
-        # The SDK gives handlers a per-request ServerSession; the connection behind it is what
-        # outlives the request (it has no public accessor in this SDK version).
-        session = getattr(ctx, "session", ctx)
-        connection = getattr(session, "_connection", None)
-        if isinstance(connection, Connection) and connection.has_standalone_channel:
+        connection = _connection_of(ctx)
+        if connection is not None and connection.has_standalone_channel:
             self._connections.add(connection)
 
     def catalog_changed(self, server: str | None = None) -> None:

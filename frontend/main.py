@@ -86,7 +86,7 @@ async def run(
 
     catalog = Catalog(settings.direct_tool_names)
     gateway = Gateway(spec, catalog)
-    router = Router(calls, catalog, gateway.catalog_changed)
+    router = Router(calls, catalog, gateway.catalog_changed, on_notification=gateway.on_upstream_notification)
     gateway.router = router
     gateway.control = ControlClient(control)
     endpoints = {"/mcp": build_search_server(gateway)}

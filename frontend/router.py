@@ -8,19 +8,24 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import trio
 import zmq
 
+from mcpvisor.frontend.calls import AskFailed, ClientCall
 from mcpvisor.frontend.catalog import Catalog
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.messages import (
+    Answer,
+    Ask,
     Cancel,
     Failure,
     Heartbeat,
+    Notify,
     Request,
     Response,
     Snapshot,
@@ -36,11 +41,21 @@ HEARTBEAT_TIMEOUT = 3.5
 _GRACE = 2.0
 
 
-class _Pending:
-    __slots__ = ("done", "outcome", "worker")
+_encode = msgspec.json.encode
 
-    def __init__(self, worker: str) -> None:
+
+async def _ignore(worker: str, method: str, params: bytes) -> None:
+    await trio.lowlevel.checkpoint()
+
+
+class _Pending:
+    __slots__ = ("call", "deadline", "done", "outcome", "timeout", "worker")
+
+    def __init__(self, worker: str, call: ClientCall | None, timeout: float) -> None:
         self.worker = worker
+        self.call = call
+        self.timeout = timeout
+        self.deadline: trio.CancelScope | None = None
         self.done = trio.Event()
         self.outcome: bytes | WireError | None = None
 
@@ -60,7 +75,10 @@ class Router:
         on_catalog_change: Callable[[str], None],
         *,
         max_inflight: int = 64,
+        on_notification: Callable[[str, str, bytes], Awaitable[None]] | None = None,
     ) -> None:
+        self._on_notification = on_notification or _ignore
+        self._nursery: trio.Nursery | None = None
         self.sock = sock
         self.catalog = catalog
         self._on_catalog_change = on_catalog_change
@@ -71,8 +89,19 @@ class Router:
 
     # -- requests --------------------------------------------------------------------------------
 
-    async def request(self, worker: str, method: str, params: bytes, timeout: float) -> bytes:
-        """Send one request to a worker and wait for its JSON result; raises WireError."""
+    async def request(
+        self,
+        worker: str,
+        method: str,
+        params: dict[str, Any],
+        timeout: float,
+        call: ClientCall | None = None,
+    ) -> bytes:
+        """Send one request to a worker and wait for its JSON result; raises WireError.
+
+        With `call`, the upstream's progress, logs and questions during the request go back to
+        that client; its progress token is replaced by this request's id, unique across clients.
+        """
         view = self.catalog.servers.get(worker)
         if view is None or not view.ready:
             raise WireError(ErrorCode.SERVER_UNAVAILABLE, self.catalog.describe_unavailable(worker))
@@ -82,12 +111,15 @@ class Router:
                 f"server '{worker}' already has {self.max_inflight} calls in flight; retry shortly",
             )
         request_id = next(self._ids)
-        pending = self._pending[request_id] = _Pending(worker)
+        pending = self._pending[request_id] = _Pending(worker, call, timeout)
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and "progressToken" in meta:
+            params = {**params, "_meta": {**meta, "progressToken": request_id}}
         self._inflight[worker] += 1
         try:
             frames = [
                 worker.encode(),
-                *codec.calls.encode(Request(id=request_id, method=method, timeout=timeout), params),
+                *codec.calls.encode(Request(id=request_id, method=method, timeout=timeout), _encode(params)),
             ]
             try:
                 await self.sock.send_multipart(frames)
@@ -96,6 +128,7 @@ class Router:
                     raise WireError(ErrorCode.SERVER_UNAVAILABLE, self.catalog.describe_unavailable(worker)) from None
                 raise
             with trio.move_on_after(timeout + _GRACE) as deadline:
+                pending.deadline = deadline
                 await pending.done.wait()
             if deadline.cancelled_caught:
                 self._send_cancel(worker, request_id, "timeout")
@@ -134,10 +167,35 @@ class Router:
     async def serve(self) -> None:
         """Take in replies, snapshots and heartbeats until cancelled."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._watch_heartbeats)
             while True:
                 for frames in await self.sock.receive_batch():
                     await self._dispatch(frames)
+
+    async def _notified(self, worker: str, msg: Notify, payload: bytes) -> None:
+        pending = self._pending.get(msg.id) if msg.id else None
+        if pending is not None:
+            if msg.method == "notifications/progress" and pending.deadline is not None:
+                pending.deadline.deadline = trio.current_time() + pending.timeout + _GRACE
+            if pending.call is not None and await pending.call.notify(msg.method, payload):
+                return
+        await self._on_notification(worker, msg.method, payload)
+
+    async def _answer(self, worker: str, msg: Ask, payload: bytes | None) -> None:
+        pending = self._pending.get(msg.call_id)
+        answer: Answer
+        result: bytes | None = None
+        if pending is None or pending.call is None:
+            answer = Answer(id=msg.id, ok=False, code=-32600, message=f"{msg.method}: no client call to ask")
+        else:
+            try:
+                result = await pending.call.ask(msg.method, payload or b"{}")
+                answer = Answer(id=msg.id, ok=True)
+            except AskFailed as exc:
+                answer = Answer(id=msg.id, ok=False, code=exc.code, message=exc.message)
+        with contextlib.suppress(zmq.ZMQError, trio.ClosedResourceError):
+            await self.sock.send_multipart([worker.encode(), *codec.calls.encode(answer, result)])
 
     async def _dispatch(self, frames: list[bytes]) -> None:
         if len(frames) < 2:
@@ -167,6 +225,11 @@ class Router:
                 )
                 if changed:
                     self._on_catalog_change(worker)
+            case Notify():
+                await self._notified(worker, msg, payload or b"{}")
+            case Ask():
+                assert self._nursery is not None
+                self._nursery.start_soon(self._answer, worker, msg, payload)
             case Heartbeat():
                 view = self.catalog.view(worker)
                 view.last_seen = time.monotonic()

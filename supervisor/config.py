@@ -85,6 +85,7 @@ class Settings(_Strict):
     data_dir: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
+    page_size: Annotated[int, msgspec.Meta(ge=1, le=10000)] = 500  # items per page of tools/list and the like
 
 
 class Config(_Strict):

@@ -73,7 +73,35 @@ class Failure(_Msg, tag="fail"):
     mcp_code: int | None = None
 
 
-CallsMessage = Heartbeat | SnapshotRequest | Snapshot | Request | Cancel | Response | Failure
+class Notify(_Msg, tag="notify"):
+    """Worker -> frontend: an upstream notification; payload: its JSON params.
+
+    `id` is the request it belongs to (progress, or a log line during a call), 0 for none.
+    """
+
+    method: str
+    id: int = 0
+
+
+class Ask(_Msg, tag="ask"):
+    """Worker -> frontend: the upstream asks the client something (sampling, elicitation, roots)
+    during request `call_id`; payload: the JSON params. Answered by `Answer` with the same id."""
+
+    id: int
+    method: str
+    call_id: int = 0
+
+
+class Answer(_Msg, tag="answer"):
+    """Frontend -> worker: the client's answer to `Ask` `id`; payload: the JSON result when ok."""
+
+    id: int
+    ok: bool
+    code: int = 0
+    message: str = ""
+
+
+CallsMessage = Heartbeat | SnapshotRequest | Snapshot | Request | Cancel | Response | Failure | Notify | Ask | Answer
 
 
 # ---- control channel: supervisor ROUTER <-> ctl / frontend / worker DEALERs ---------------------

@@ -15,7 +15,7 @@ import os
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -62,6 +62,14 @@ class _Envelope(msgspec.Struct):
     method: str | None = None
     result: msgspec.Raw = msgspec.Raw()  # empty when absent (Raw cannot be in a union)
     error: dict[str, Any] | None = None
+    params: msgspec.Raw = msgspec.Raw()
+
+
+# Notifications the worker forwards to the frontend as they are, without the SDK session.
+FORWARDED_NOTIFICATIONS = frozenset(
+    {"notifications/progress", "notifications/message", "notifications/resources/updated"}
+)
+NotificationHandler = Callable[[str, bytes], Awaitable[None]]
 
 
 _envelope = msgspec.json.Decoder(_Envelope)
@@ -91,6 +99,7 @@ class StdioChannel:
         self._ids = itertools.count(1)
         self._pending: dict[str, tuple[trio.Event, list[bytes | RawError]]] = {}
         self.closed = False
+        self.on_notification: NotificationHandler | None = None
 
     async def write_line(self, data: bytes) -> None:
         assert self.process.stdin is not None
@@ -175,6 +184,14 @@ async def open_stdio_upstream(
         except (msgspec.DecodeError, msgspec.ValidationError):
             envelope = None
         if envelope is not None and channel.take_reply(envelope):
+            return
+        if (
+            envelope is not None
+            and envelope.id is None
+            and envelope.method in FORWARDED_NOTIFICATIONS
+            and channel.on_notification is not None
+        ):
+            await channel.on_notification(envelope.method, bytes(envelope.params) if len(envelope.params) else b"{}")
             return
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -28,6 +29,7 @@ from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, tail_lines
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers.stdio import (
+    FORWARDED_NOTIFICATIONS,
     RawError,
     StdioChannel,
     UpstreamProcessError,
@@ -59,6 +61,47 @@ _json = msgspec.json.Encoder()
 _MAX_PAGES = 1000
 REDISCOVER_QUIET = 0.2
 REDISCOVER_MAX_WAIT = 2.0  # a paginator that never ends must not hang discovery
+
+
+class ClientHooks:
+    """What the upstream's session passes on to the frontend: notifications and client requests.
+
+    The worker fills these in; the defaults drop notifications and refuse requests.
+    """
+
+    async def notification(self, method: str, params: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any] | types.ErrorData:
+        await trio.lowlevel.checkpoint()
+        return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} is not supported here")
+
+    async def sampling(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        return _as_result(
+            await self.ask("sampling/createMessage", _dump(params)),
+            TypeAdapter(types.CreateMessageResult | types.CreateMessageResultWithTools),
+        )
+
+    async def elicitation(self, context: Any, params: types.ElicitRequestParams) -> Any:
+        return _as_result(await self.ask("elicitation/create", _dump(params)), TypeAdapter(types.ElicitResult))
+
+    async def list_roots(self, context: Any) -> Any:
+        return _as_result(await self.ask("roots/list", {}), TypeAdapter(types.ListRootsResult))
+
+
+def _dump(params: Any) -> dict[str, Any]:
+    return params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
+
+
+def _as_result(answer: dict[str, Any] | types.ErrorData, adapter: TypeAdapter[Any]) -> Any:
+    if isinstance(answer, types.ErrorData):
+        return answer
+    try:
+        return adapter.validate_python(answer, by_name=False)
+    except ValidationError as exc:
+        return types.ErrorData(
+            code=types.INTERNAL_ERROR, message=f"the client's answer is invalid: {_first_error(exc)}"
+        )
 
 
 class StartupFailed(Exception):
@@ -110,8 +153,16 @@ def backoff_delay(attempt: int, cap: float, *, base: float = 0.5, jitter: float 
 class Upstream:
     """Owns the connection to one upstream and the catalog discovered on it."""
 
-    def __init__(self, name: str, server: ServerConfig, log_dir: Path, on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        server: ServerConfig,
+        log_dir: Path,
+        on_change: Callable[[], None],
+        hooks: ClientHooks | None = None,
+    ) -> None:
         self.name = name
+        self.hooks = hooks or ClientHooks()
         self.server = server
         self.log_dir = log_dir
         self._on_change = on_change
@@ -212,17 +263,28 @@ class Upstream:
         started = trio.current_time()
         async with AsyncExitStack() as stack:
             read_stream, write_stream = await self._open_transport(stack)
+            if self._channel is not None:
+                self._channel.on_notification = self.hooks.notification
+            # Declaring sampling, elicitation and roots lets capability-gated upstream tools appear;
+            # each request is passed on to the client whose call caused it (see ClientHooks).
             session = ClientSession(
                 _WatchedStream(read_stream, self._lost),
                 write_stream,
                 client_info=CLIENT_INFO,
                 message_handler=self._on_message,
+                sampling_callback=self.hooks.sampling,
+                elicitation_callback=self.hooks.elicitation,
+                list_roots_callback=self.hooks.list_roots,
             )
             await stack.enter_async_context(session)
             with trio.move_on_after(timeout) as scope:
                 result = await session.initialize()
             if scope.cancelled_caught:
                 raise WireError(ErrorCode.TIMEOUT, f"no answer to initialize within {timeout:g}s")
+            if result.capabilities.logging is not None:
+                # Clients choose their own levels at the frontend, which filters; so take everything.
+                with trio.move_on_after(timeout), contextlib.suppress(MCPError):
+                    await session.set_logging_level("debug")
             self.server_name = result.server_info.name if result.server_info else ""
             self.connect_seconds = trio.current_time() - started
             yield session
@@ -312,6 +374,9 @@ class Upstream:
                 "notifications/prompts/list_changed",
             ):
                 self._rediscover.set()
+            elif method in FORWARDED_NOTIFICATIONS and message.params is not None:
+                params = message.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+                await self.hooks.notification(method, _json.encode(params))
         elif isinstance(message, Exception):
             log.debug("upstream %s transport: %s", self.name, message)
         await trio.lowlevel.checkpoint()
@@ -365,7 +430,7 @@ class Upstream:
 
     # -- requests --------------------------------------------------------------------------------
 
-    async def request(self, method: str, params: bytes | None, timeout: float) -> bytes:
+    async def request(self, method: str, params: bytes | None, timeout: float, request_id: int = 0) -> bytes:
         """Run one request upstream: JSON params in, the JSON result out, or WireError."""
         session = self.session
         if session is None or self.state is not UpstreamState.READY:
@@ -376,7 +441,7 @@ class Upstream:
         channel = self._channel
         if channel is not None and method in PASS_THROUGH:
             return await self._request_raw(channel, method, params)
-        return await self._request_via_session(session, method, params, timeout)
+        return await self._request_via_session(session, method, params, timeout, request_id)
 
     async def _request_raw(self, channel: StdioChannel, method: str, params: bytes | None) -> bytes:
         try:
@@ -393,7 +458,7 @@ class Upstream:
             raise WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection") from None
 
     async def _request_via_session(
-        self, session: ClientSession, method: str, params: bytes | None, timeout: float
+        self, session: ClientSession, method: str, params: bytes | None, timeout: float, request_id: int
     ) -> bytes:
         try:
             decoded = _json_params.decode(params) if params else None
@@ -403,8 +468,20 @@ class Upstream:
             request = REQUEST_TYPES[method].model_validate({"method": method, "params": decoded}, by_name=False)
         except ValidationError as exc:
             raise WireError(ErrorCode.BAD_REQUEST, f"invalid params for {method}: {_first_error(exc)}") from None
+        progress = None
+        token = (decoded or {}).get("_meta", {}).get("progressToken") if isinstance(decoded, dict) else None
+        if token is not None:
+            # The SDK puts its own token on the wire and calls back: forward under the frontend's.
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                note = {"progressToken": token, "progress": value, "total": total, "message": message}
+                await self.hooks.notification(
+                    "notifications/progress", _json.encode({k: v for k, v in note.items() if v is not None})
+                )
+
         try:
-            raw = await session.send_request(request, _RAW_RESULT, request_read_timeout_seconds=timeout)
+            raw = await session.send_request(
+                request, _RAW_RESULT, request_read_timeout_seconds=timeout, progress_callback=progress
+            )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self.mark_lost("the upstream closed the connection")

@@ -2,23 +2,38 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import mcp_types as types
 import msgspec
 import trio
 import zmq
 
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
-from mcpvisor.wire.messages import Cancel, Failure, Heartbeat, Report, Request, Response, Snapshot, SnapshotRequest
+from mcpvisor.wire.messages import (
+    Answer,
+    Ask,
+    Cancel,
+    Failure,
+    Heartbeat,
+    Notify,
+    Report,
+    Request,
+    Response,
+    Snapshot,
+    SnapshotRequest,
+)
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
 from mcpvisor.workers.spec import WorkerSpec
-from mcpvisor.workers.upstream import StartupFailed, Upstream
+from mcpvisor.workers.upstream import ClientHooks, StartupFailed, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +47,11 @@ class Worker:
         self.spec = spec
         self.sock = sock
         self.control = control
-        self.upstream = Upstream(spec.id, spec.server, Path(spec.log_dir), self._catalog_changed)
+        self.upstream = Upstream(spec.id, spec.server, Path(spec.log_dir), self._catalog_changed, WorkerHooks(self))
         self._inflight: dict[int, trio.CancelScope] = {}
+        self._deadlines: dict[int, tuple[trio.CancelScope, float]] = {}
+        self._asks: dict[int, tuple[trio.Event, list[tuple[Answer, bytes | None]]]] = {}
+        self._ask_ids = itertools.count(1)
         self._draining = False
         self._drained = trio.Event()
         self._changed = trio.Event()
@@ -43,6 +61,14 @@ class Worker:
     @property
     def inflight(self) -> int:
         return len(self._inflight)
+
+    def current_call(self) -> int:
+        """The call a server-initiated message most likely belongs to: the newest in flight.
+
+        Over stdio nothing ties an upstream's request or log line to the call that caused it; with
+        one call in flight (the common case) this is exact.
+        """
+        return next(reversed(self._inflight), 0)
 
     async def drain(self) -> None:
         """Refuse new calls and wait for the ones in flight to finish."""
@@ -140,6 +166,10 @@ class Worker:
                             scope.cancel()
                     case SnapshotRequest():
                         await self.sock.send_multipart(self._snapshot())
+                    case Answer():
+                        if (pending := self._asks.get(msg.id)) is not None:
+                            pending[1].append((msg, payload))
+                            pending[0].set()
                     case _:
                         log.error("unexpected message from the frontend: %s", type(msg).__name__)
 
@@ -158,7 +188,8 @@ class Worker:
         try:
             with scope:
                 with trio.move_on_after(timeout) as deadline:
-                    result = await self.upstream.request(msg.method, payload, timeout)
+                    self._deadlines[msg.id] = (deadline, timeout)
+                    result = await self.upstream.request(msg.method, payload, timeout, msg.id)
                     await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), result))
                     return
                 if deadline.cancelled_caught:
@@ -172,8 +203,70 @@ class Worker:
             await self._fail(msg.id, ErrorCode.INTERNAL, f"internal error in the worker for '{self.spec.id}'")
         finally:
             self._inflight.pop(msg.id, None)
+            self._deadlines.pop(msg.id, None)
             if self._draining and not self._inflight:
                 self._drained.set()
+
+
+class WorkerHooks(ClientHooks):
+    """Pass the upstream's notifications and client requests on to the frontend."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def notification(self, method: str, params: bytes) -> None:
+        worker = self.worker
+        request_id = 0
+        if method == "notifications/progress":
+            try:
+                token = _progress.decode(params).progressToken
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                token = None
+            if isinstance(token, int) and token in worker._inflight:
+                request_id = token
+                # Progress is life: it pushes the call's deadline out again.
+                if (entry := worker._deadlines.get(token)) is not None:
+                    entry[0].deadline = trio.current_time() + entry[1]
+        elif method == "notifications/message":
+            request_id = worker.current_call()
+        await worker.sock.send_multipart(codec.calls.encode(Notify(id=request_id, method=method), params))
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any] | types.ErrorData:
+        """Forward a server-to-client request to the client whose call is in flight, and wait."""
+        worker = self.worker
+        call_id = worker.current_call()
+        if call_id == 0:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST, message=f"{method}: no client call is in progress to answer it"
+            )
+        ask_id = next(worker._ask_ids)
+        done, slot = worker._asks[ask_id] = (trio.Event(), [])
+        try:
+            await worker.sock.send_multipart(
+                codec.calls.encode(Ask(id=ask_id, call_id=call_id, method=method), _json_encode(params))
+            )
+            with trio.move_on_after(worker._call_timeout):
+                await done.wait()
+        finally:
+            del worker._asks[ask_id]
+        if not slot:
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: the client did not answer in time")
+        answer, payload = slot[0]
+        if not answer.ok:
+            return types.ErrorData(code=answer.code or types.INTERNAL_ERROR, message=answer.message)
+        try:
+            return _result_decoder.decode(payload or b"{}")
+        except msgspec.DecodeError:
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: undecodable answer")
+
+
+class _ProgressParams(msgspec.Struct):
+    progressToken: int | str | None = None
+
+
+_progress = msgspec.json.Decoder(_ProgressParams)
+_result_decoder = msgspec.json.Decoder(dict[str, Any])
+_json_encode = msgspec.json.encode
 
 
 @asynccontextmanager
