@@ -172,6 +172,14 @@ def parse_intent(variant: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {key: intent[key] for key in _INTENT_FIELDS if intent.get(key) is not None}
 
 
+def progress_token(ctx: Any) -> str | int | None:
+    """The progress token of the client's own request, if it asked for progress."""
+    meta = getattr(ctx, "meta", None)
+    if not meta:
+        return None
+    return meta.get("progress_token", meta.get("progressToken"))
+
+
 class ToolCaller:
     """Runs the call variants: checks, quarantine, the destructive rule, forwarding, logging, cutting."""
 
@@ -181,7 +189,7 @@ class ToolCaller:
         self.approvals = approvals
         self.cache = cache
 
-    async def call(self, variant: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    async def call(self, variant: str, arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:
         check_parameters(arguments, _PARAMETERS, what=variant)
         name = get_string(arguments, "name", required=True)
         assert name is not None
@@ -211,7 +219,11 @@ class ToolCaller:
                 f"call it with call_tool_destructive instead of {variant}. It was not run."
             )
         try:
-            result = await self.gateway.forward(target.server, "tools/call", {"name": target.tool, "arguments": args})
+            params: dict[str, Any] = {"name": target.tool, "arguments": args}
+            token = progress_token(ctx)
+            if token is not None:
+                params["_meta"] = {"progressToken": token}
+            result = await self.gateway.forward(target.server, "tools/call", params, ctx)
         except MCPError as exc:
             record("error")
             return error_result(exc.error.message)

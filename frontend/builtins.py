@@ -52,8 +52,8 @@ class Builtins:
             return await serve_proxy(proxy_backend, arguments)
 
         def variant(name: str) -> Handler:
-            async def call(arguments: Mapping[str, Any]) -> dict[str, Any]:
-                return await caller.call(name, arguments)
+            async def call(arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:
+                return await caller.call(name, arguments, ctx)
 
             return call
 
@@ -82,12 +82,18 @@ class Builtins:
         definition = self._definitions.get(name)
         return definition["inputSchema"] if definition is not None else None
 
-    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Run a built-in tool; a problem the caller can fix comes back as an `isError` result."""
+    async def call(self, name: str, arguments: Mapping[str, Any] | None, ctx: Any = None) -> dict[str, Any]:
+        """Run a built-in tool; a problem the caller can fix comes back as an `isError` result.
+
+        `ctx`, the client's request context, lets an upstream call report progress, logs and
+        questions back to that client.
+        """
         handler = self._handlers.get(name)
         if handler is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool '{name}'")
         try:
+            if name in VARIANTS:
+                return await handler(arguments or {}, ctx)
             return await handler(arguments or {})
         except ToolInputError as exc:
             return error_result(exc.message)

@@ -50,7 +50,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         gateway.remember(ctx)
         if params.name in MANAGEMENT_TOOLS:
-            return await builtins.call(params.name, params.arguments)
+            return await builtins.call(params.name, params.arguments, ctx)
         server, tool = gateway.resolve_tool(params.name)
         forwarded = forwardable(params)
         forwarded["name"] = tool

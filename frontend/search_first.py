@@ -48,7 +48,7 @@ def build_search_server(gateway: Gateway) -> Server[Any]:
                     "call_tool_write or call_tool_destructive."
                 ),
             )
-        return await builtins.call(params.name, params.arguments)
+        return await builtins.call(params.name, params.arguments, ctx)
 
     def tool_input_schema(name: str) -> dict[str, Any] | None:
         return builtins.input_schema(name) if name in SEARCH_ENDPOINT_TOOLS else None

@@ -44,6 +44,20 @@ def build(name: str) -> MCPServer:
         await anyio.sleep(seconds)
         return f"slept {seconds}"
 
+    @server.tool(description="Sleep, then create a file: it exists only if the call was not cancelled.")
+    async def slow_touch(path: str, seconds: float) -> str:
+        await anyio.sleep(seconds)
+        Path(path).write_text("finished\n")
+        return f"touched {path}"
+
+    @server.tool(description="Log one line at each of debug, info, warning and error.")
+    async def log_levels(ctx: Context) -> str:
+        await ctx.debug("a debug line", logger_name="demo")
+        await ctx.info("an info line", logger_name="demo")
+        await ctx.warning("a warning line", logger_name="demo")
+        await ctx.error("an error line", logger_name="demo")
+        return "logged"
+
     @server.tool(description="Always fails.")
     def fail(message: str = "boom") -> str:
         raise ValueError(message)
