@@ -47,7 +47,7 @@ def build(name: str) -> MCPServer:
     @server.tool(description="Sleep, then create a file: it exists only if the call was not cancelled.")
     async def slow_touch(path: str, seconds: float) -> str:
         await anyio.sleep(seconds)
-        Path(path).write_text("finished\n")
+        await anyio.Path(path).write_text("finished\n")
         return f"touched {path}"
 
     @server.tool(description="Log one line at each of debug, info, warning and error.")
