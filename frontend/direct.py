@@ -52,7 +52,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         if params.name in MANAGEMENT_TOOLS:
             return await builtins.call(params.name, params.arguments, ctx)
         server, tool = gateway.resolve_tool(params.name)
-        forwarded = forwardable(params)
+        forwarded = forwardable(params, ctx)
         forwarded["name"] = tool
         return await gateway.forward(server, "tools/call", forwarded, ctx)
 
@@ -77,7 +77,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         allowed = gateway.visible_servers()
         if server is None or (allowed is not None and server not in allowed):
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource '{uri}': no connected server offers it")
-        return await gateway.forward(server, "resources/read", forwardable(params), ctx)
+        return await gateway.forward(server, "resources/read", forwardable(params, ctx), ctx)
 
     async def list_prompts(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -95,7 +95,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
                 code=INVALID_PARAMS,
                 message=f"Unknown prompt '{params.name}': prompts are named 'server:prompt'",
             )
-        forwarded = forwardable(params)
+        forwarded = forwardable(params, ctx)
         forwarded["name"] = target[1]
         return await gateway.forward(target[0], "prompts/get", forwarded, ctx)
 
@@ -114,7 +114,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         return {}
 
     async def completion(ctx: ServerRequestContext[Any], params: types.CompleteRequestParams) -> dict[str, Any]:
-        forwarded = forwardable(params)
+        forwarded = forwardable(params, ctx)
         ref = forwarded.get("ref", {})
         if ref.get("type") == "ref/prompt":
             target = catalog.resolve_prompt(str(ref.get("name")))

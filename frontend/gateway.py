@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, get_args
 
 import msgspec
@@ -38,9 +38,17 @@ _decode_result = msgspec.json.Decoder(dict[str, Any])
 _ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 
 
-def forwardable(params: Any) -> dict[str, Any]:
-    """Request params as wire JSON for an upstream, without the client's connection envelope."""
-    data: dict[str, Any] = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+def forwardable(params: Any, ctx: Any = None) -> dict[str, Any]:
+    """Request params as wire JSON for an upstream, without the client's connection envelope.
+
+    The params exactly as the client sent them (`ctx.params`, already validated by the SDK) are
+    preferred to a dump of the parsed model: cheaper, and nothing the client sent is lost.
+    """
+    raw = getattr(ctx, "params", None)
+    if isinstance(raw, Mapping):
+        data: dict[str, Any] = dict(raw)
+    else:
+        data = params.model_dump(by_alias=True, mode="json", exclude_none=True)
     meta = data.get("_meta")
     if meta:
         meta = {key: value for key, value in meta.items() if not key.startswith(_ENVELOPE_PREFIX)}
