@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -115,6 +116,9 @@ async def run(
         events.close()
         control.close()
         ctx.term()
+        # The bound socket's file outlives the socket; the next frontend binds it again.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(spec.calls_endpoint.removeprefix("ipc://"))
 
 
 async def main(spec: frontend_spec.FrontendSpec) -> None:

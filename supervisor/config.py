@@ -43,7 +43,7 @@ class Policy(_Strict):
     backoff_max: PositiveSeconds = 300.0
     stopsignal: Literal["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2"] = "TERM"
     stopwaitsecs: Seconds = 10.0
-    exitcodes: list[int] = msgspec.field(default_factory=lambda: [0])
+    exitcodes: tuple[int, ...] = (0,)
     flap_window: PositiveSeconds = 60.0
     flap_count: Annotated[int, msgspec.Meta(ge=2)] = 10
     max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 64

@@ -252,3 +252,28 @@ def test_missing_config_file_is_refused(tmp_path: Path) -> None:
     result = run_serve(tmp_path / "nowhere.toml")
     assert result.returncode == 2
     assert "cannot read" in result.stderr
+
+
+async def test_malformed_and_oversized_requests_get_clear_errors_and_change_nothing(tmp_path: Path) -> None:
+    settings = {"max_body_bytes": 65536}
+    async with open_stack(tmp_path, {"echo": echo_server()}, settings=settings) as stack:
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": "2026-07-28",
+        }
+        cases = [
+            (b"{not json", 400, -32700),
+            (b'{"jsonrpc":"2.0","id":1}', 400, -32600),
+            (b"[]", 400, -32600),
+            (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}', 400, -32602),
+        ]
+        async with httpx2.AsyncClient(timeout=10) as http:
+            for body, status, code in cases:
+                response = await http.post(stack.direct_url, content=body, headers=headers)
+                assert response.status_code == status, response.text
+                assert response.json()["error"]["code"] == code
+            oversized = await http.post(stack.direct_url, content=b"x" * 100_000, headers=headers)
+            assert oversized.status_code == 413
+        async with stack.client() as client:
+            assert (await client.call_tool("echo:echo", {"text": "unharmed"})).content[0].text == "unharmed"

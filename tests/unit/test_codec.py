@@ -10,6 +10,8 @@ import pytest
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.messages import (
+    Answer,
+    Ask,
     CallsMessage,
     Cancel,
     Command,
@@ -18,6 +20,7 @@ from mcpvisor.wire.messages import (
     EventMessage,
     Failure,
     Heartbeat,
+    Notify,
     ProcessEvent,
     Reply,
     Report,
@@ -46,6 +49,9 @@ MESSAGES = [
     (codec.calls, Cancel(id=1, reason="client went away")),
     (codec.calls, Response(id=2**40)),
     (codec.calls, Failure(id=3, code=ErrorCode.UPSTREAM_ERROR, message="bad params", mcp_code=-32602)),
+    (codec.calls, Notify(method="notifications/progress", id=4)),
+    (codec.calls, Ask(id=5, method="sampling/createMessage", call_id=4)),
+    (codec.calls, Answer(id=5, ok=False, code=-32600, message="no sampling capability")),
     (codec.control, Command(id=9, name="restart", args=["github", "time"])),
     (
         codec.control,

@@ -67,7 +67,7 @@ def test_policy_defaults_are_the_documented_ones() -> None:
     assert (policy.init_timeout, policy.discovery_timeout, policy.poll_interval) == (30, 30, 300)
     assert (policy.startsecs, policy.startretries, policy.backoff_max) == (1, 5, 300)
     assert policy.autorestart is True
-    assert policy.exitcodes == [0]
+    assert policy.exitcodes == (0,)
     assert policy.stopsignal == "TERM"
     assert policy.call_timeout is None  # falls back to [mcpvisor].call_timeout
 
@@ -79,8 +79,9 @@ def test_an_empty_file_is_all_defaults() -> None:
 
 def test_defaults_of_one_server_are_not_shared_with_another() -> None:
     config = loads('[servers.a]\ncommand = "x"\n[servers.b]\ncommand = "y"\n')
-    config.servers["a"].policy.exitcodes.append(2)
-    assert config.servers["b"].policy.exitcodes == [0]
+    config.servers["a"].env["ONLY_A"] = "1"
+    assert config.servers["b"].env == {}
+    assert config.servers["b"].policy.exitcodes == (0,)  # immutable: nothing to share
 
 
 def test_a_server_under_a_dotted_quoted_name_loads() -> None:
@@ -274,7 +275,9 @@ def test_parse_listen_refuses_what_is_not_host_port(listen: str) -> None:
 
 
 def test_a_bad_listen_in_the_file_names_its_line() -> None:
-    assert "mcpvisor.toml:3: listen must be HOST:PORT (IPv6 as [::1]:PORT), got 'nope'" in refused('[mcpvisor]\n\nlisten = "nope"\n')
+    assert "mcpvisor.toml:3: listen must be HOST:PORT (IPv6 as [::1]:PORT), got 'nope'" in refused(
+        '[mcpvisor]\n\nlisten = "nope"\n'
+    )
 
 
 def test_data_dir_relative_to_the_config_file(tmp_path: Path) -> None:
