@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mcpvisor.supervisor.commands import command
-from mcpvisor.supervisor.commands.start import outcomes_exit, render_outcomes
+from mcpvisor.supervisor.commands.start import outcomes_exit, render_outcomes, started_rows
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -17,9 +17,4 @@ async def restart(sup: Supervisor, args: list[str], data: Any) -> list[dict[str,
     programs = sup.resolve(args)
     await sup.stop_programs(programs)
     await sup.start_programs(programs)
-    rows = []
-    for program in programs:
-        ok = program.state.value == "RUNNING"
-        outcome = "restarted" if ok else f"ERROR ({program.state}: {program.description() or 'see its log'})"
-        rows.append({"name": sup.display_name(program), "outcome": outcome, "state": str(program.state)})
-    return rows
+    return started_rows(sup, programs, "restarted")
