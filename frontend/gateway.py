@@ -24,6 +24,7 @@ from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.router import Router
 from mcpvisor.frontend.search import ToolIndex
 from mcpvisor.frontend.spec import FrontendSpec
+from mcpvisor.frontend.unsieved import KeepUnsieved, keep
 from mcpvisor.supervisor.config import ServerConfig
 from mcpvisor.wire.errors import INVALID_PARAMS, WireError
 
@@ -91,7 +92,7 @@ class AnnouncingServer(Server[Any]):
         super().__init__(*args, **kwargs)
         # The SDK's OpenTelemetry middleware opens a span per message even with no exporter
         # installed; on a proxy's hot path that is pure cost.
-        self.middleware = []
+        self.middleware = [KeepUnsieved()]
 
     def create_initialization_options(
         self,
@@ -144,7 +145,9 @@ class Gateway:
             raw = await self.router.request(server, method, params, self.call_timeout(server), call)
         except WireError as exc:
             raise MCPError(code=exc.jsonrpc_code, message=exc.message) from None
-        return complete(_decode_result.decode(raw))
+        result = complete(_decode_result.decode(raw))
+        keep(result)
+        return result
 
     def visible_servers(self) -> Iterable[str] | None:
         """Servers a client may see: enabled and not quarantined (None: all)."""

@@ -2,18 +2,16 @@
 
 The SDK checks each tool result against the negotiated protocol revision's schema and drops the
 keys that schema does not name, among them the proxy extension's annotations (`proxyAction`,
-`pythonType`, ...) and the `contentType` of objectified resources. `KeepProxyAnnotations` lets the
-check run, then puts the proxy tool's own content back.
+`pythonType`, ...) and the `contentType` of objectified resources: the result is noted with
+`unsieved.keep`, so the check runs and the proxy tool's own values are put back afterwards.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from contextvars import ContextVar
 from typing import Any
 
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.frontend.activity import ActivityLog, Outcome
@@ -24,32 +22,13 @@ from mcpvisor.frontend.proxy_tool import ProxyError, run_proxy
 from mcpvisor.frontend.quarantine import blocked_answer
 from mcpvisor.frontend.tool_args import ToolInputError
 from mcpvisor.frontend.tool_target import find_tool
-
-_unsieved_content: ContextVar[dict[str, Any] | None] = ContextVar("_unsieved_content", default=None)
-
-
-class KeepProxyAnnotations:
-    """Server middleware: after the SDK's result check, restore the proxy tool's content as it was."""
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if ctx.method != "tools/call":
-            return await call_next(ctx)
-        slot: dict[str, Any] = {}
-        token = _unsieved_content.set(slot)
-        try:
-            result = await call_next(ctx)
-        finally:
-            _unsieved_content.reset(token)
-        if "content" in slot and isinstance(result, dict):
-            return {**result, "content": slot["content"]}
-        return result
+from mcpvisor.frontend.unsieved import keep
 
 
 async def serve_proxy(backend: GatewayProxyBackend, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Answer one call of the `proxy` tool, its content kept for `KeepProxyAnnotations`."""
+    """Answer one call of the `proxy` tool; its annotations survive the SDK's check (see unsieved)."""
     result = await run_proxy(backend, arguments)
-    if (slot := _unsieved_content.get()) is not None:
-        slot["content"] = result["content"]
+    keep(result)
     return result
 
 

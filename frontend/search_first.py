@@ -15,7 +15,6 @@ from mcp.shared.exceptions import MCPError
 from mcpvisor.frontend.builtins import SEARCH_ENDPOINT_TOOLS, builtins_for
 from mcpvisor.frontend.direct import CACHE_HINTS
 from mcpvisor.frontend.gateway import AnnouncingServer, Gateway, complete
-from mcpvisor.frontend.proxy_backend import KeepProxyAnnotations
 from mcpvisor.wire.errors import INVALID_PARAMS
 
 INSTRUCTIONS = (
@@ -62,5 +61,4 @@ def build_search_server(gateway: Gateway) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-    server.middleware.append(KeepProxyAnnotations())
     return server

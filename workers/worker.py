@@ -235,6 +235,10 @@ class WorkerHooks(ClientHooks):
         """Forward a server-to-client request to the client whose call is in flight, and wait."""
         worker = self.worker
         call_id = worker.current_call()
+        if call_id == 0 and method == "roots/list":
+            # Asked outside any call (servers often ask right after initialize): no client's roots
+            # apply to all of them, so the honest answer is none.
+            return {"roots": []}
         if call_id == 0:
             return types.ErrorData(
                 code=types.INVALID_REQUEST, message=f"{method}: no client call is in progress to answer it"
