@@ -27,6 +27,7 @@ from mcpvisor.frontend.tool_args import (
     json_type,
 )
 from mcpvisor.frontend.tool_target import find_tool
+from mcpvisor.frontend.unsieved import keep
 
 # Call tool name -> the operation type its intent must declare.
 VARIANTS: Final[dict[str, str]] = {
@@ -228,4 +229,4 @@ class ToolCaller:
             record("error")
             return error_result(exc.error.message)
         record("error" if result.get("isError") is True else "ok")
-        return cut_result(result, self.gateway.spec.settings.tool_response_limit, self.cache)
+        return keep(cut_result(result, self.gateway.spec.settings.tool_response_limit, self.cache))

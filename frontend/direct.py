@@ -14,6 +14,7 @@ from mcpvisor.frontend.builtins import MANAGEMENT_TOOLS, builtins_for
 from mcpvisor.frontend.catalog import exposed_name
 from mcpvisor.frontend.gateway import AnnouncingServer, Gateway, complete, forwardable
 from mcpvisor.frontend.pages import paged
+from mcpvisor.frontend.unsieved import keep
 from mcpvisor.wire.errors import INVALID_PARAMS
 
 # Lists change whenever an upstream does: clients must not cache them, and each tenant sees its own.
@@ -54,7 +55,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         server, tool = gateway.resolve_tool(params.name)
         forwarded = forwardable(params, ctx)
         forwarded["name"] = tool
-        return await gateway.forward(server, "tools/call", forwarded, ctx)
+        return keep(await gateway.forward(server, "tools/call", forwarded, ctx))
 
     async def list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -77,7 +78,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         allowed = gateway.visible_servers()
         if server is None or (allowed is not None and server not in allowed):
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource '{uri}': no connected server offers it")
-        return await gateway.forward(server, "resources/read", forwardable(params, ctx), ctx)
+        return keep(await gateway.forward(server, "resources/read", forwardable(params, ctx), ctx))
 
     async def list_prompts(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -97,7 +98,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
             )
         forwarded = forwardable(params, ctx)
         forwarded["name"] = target[1]
-        return await gateway.forward(target[0], "prompts/get", forwarded, ctx)
+        return keep(await gateway.forward(target[0], "prompts/get", forwarded, ctx))
 
     async def set_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
         gateway.remember(ctx)
@@ -127,7 +128,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
             if resolved is None:
                 raise MCPError(code=INVALID_PARAMS, message=f"Unknown resource template '{uri}' in completion ref")
             server = resolved
-        return await gateway.forward(server, "completion/complete", forwarded, ctx)
+        return keep(await gateway.forward(server, "completion/complete", forwarded, ctx))
 
     def tool_input_schema(name: str) -> dict[str, Any] | None:
         # Lets the 2026-07-28 HTTP path check Mcp-Param headers without listing every tool per call.

@@ -24,7 +24,7 @@ from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.router import Router
 from mcpvisor.frontend.search import ToolIndex
 from mcpvisor.frontend.spec import FrontendSpec
-from mcpvisor.frontend.unsieved import KeepUnsieved, keep
+from mcpvisor.frontend.unsieved import KeepUnsieved
 from mcpvisor.supervisor.config import ServerConfig
 from mcpvisor.wire.errors import INVALID_PARAMS, WireError
 
@@ -145,9 +145,7 @@ class Gateway:
             raw = await self.router.request(server, method, params, self.call_timeout(server), call)
         except WireError as exc:
             raise MCPError(code=exc.jsonrpc_code, message=exc.message) from None
-        result = complete(_decode_result.decode(raw))
-        keep(result)
-        return result
+        return complete(_decode_result.decode(raw))
 
     def visible_servers(self) -> Iterable[str] | None:
         """Servers a client may see: enabled and not quarantined (None: all)."""

@@ -18,10 +18,15 @@ _slot: ContextVar[dict[str, Any] | None] = ContextVar("_unsieved_slot", default=
 FORWARDED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
 
 
-def keep(result: dict[str, Any]) -> None:
-    """Note the result of this request as it should reach the client (inside KeepUnsieved)."""
+def keep(result: dict[str, Any]) -> dict[str, Any]:
+    """Note `result` as exactly what this request answers (inside KeepUnsieved); returns it.
+
+    Call it only on the result the handler returns as it is: a handler that builds another
+    result from it must keep that one instead.
+    """
     if (slot := _slot.get()) is not None:
         slot["result"] = result
+    return result
 
 
 class KeepUnsieved:

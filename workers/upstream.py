@@ -25,6 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcpvisor.supervisor.config import ServerConfig
 from mcpvisor.supervisor.secrets import Redactor, SecretError, resolve_all
+from mcpvisor.wire import lifetime
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, tail_lines
 from mcpvisor.wire.states import UpstreamState
@@ -182,7 +183,7 @@ class Upstream:
         self.tool_count = 0
         self.connect_seconds = 0.0
         self.ever_ready = False
-        self._exit_status: int | None = None
+        self._last_process: lifetime.Child | None = None
 
     @property
     def pid(self) -> int | None:
@@ -306,7 +307,7 @@ class Upstream:
                 )
             )
             self._channel = channel
-            stack.callback(self._note_exit, channel)
+            self._last_process = channel.process
             return read_stream, write_stream
         headers = resolve_all(server.headers)
         for value in headers.values():
@@ -319,10 +320,12 @@ class Upstream:
 
     def _explain(self, message: str) -> str:
         """For a stdio upstream that died: its exit status and last words beat "connection closed"."""
-        if self._exit_status is None:
+        # Read after the transport has closed, which waits for the process, so its status is known.
+        process, self._last_process = self._last_process, None
+        status = process.returncode if process is not None else None
+        # Only when the link just dropped: a process stopped for hanging says more as "hung".
+        if status is None or "closed" not in message.lower():
             return message
-        status = self._exit_status
-        self._exit_status = None
         how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
         last = tail_lines(self._stderr_log.path, 1)
         return f"the upstream process {how}" + (f": {last[0].strip()[:200]}" if last else "")
@@ -361,9 +364,6 @@ class Upstream:
         while True:
             await trio.sleep(self.server.policy.poll_interval)
             self._rediscover.set()
-
-    def _note_exit(self, channel: StdioChannel) -> None:
-        self._exit_status = channel.process.returncode
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ServerNotification):

@@ -58,6 +58,13 @@ def build(name: str) -> MCPServer:
         await ctx.error("an error line", logger_name="demo")
         return "logged"
 
+    @server.tool(description="Report progress `count` times, each message the wall-clock time it was sent.")
+    async def progress_stamps(count: int, interval: float, ctx: Context) -> str:
+        for step in range(count):
+            await ctx.report_progress(step + 1, count, message=f"{time.time():.6f}")
+            await anyio.sleep(interval)
+        return f"reported {count}"
+
     @server.tool(description="Always fails.")
     def fail(message: str = "boom") -> str:
         raise ValueError(message)
