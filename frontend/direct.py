@@ -7,7 +7,6 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import CacheHint, Server, ServerRequestContext
-from mcp.server.subscriptions import ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from mcpvisor.frontend.builtins import MANAGEMENT_TOOLS, builtins_for
@@ -147,7 +146,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
             on_unsubscribe_resource=unsubscribe,
             on_completion=completion,
             get_tool_input_schema=tool_input_schema,
-            on_subscriptions_listen=ListenHandler(gateway.bus),
+            on_subscriptions_listen=gateway.listen_handler(),
             version="0.1.0",
             instructions="Every tool of every connected upstream MCP server, named server:tool.",
             cache_hints=CACHE_HINTS,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from collections.abc import Iterable, Mapping
@@ -13,7 +14,7 @@ from mcp.server import NotificationOptions, Server
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.models import InitializationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated, ToolsListChanged
 from mcp_types import LoggingLevel
@@ -71,6 +72,10 @@ def complete(result: dict[str, Any]) -> dict[str, Any]:
     """Mark a forwarded result as final; 2026-07-28 clients require `resultType`, older ones drop it."""
     result.setdefault("resultType", "complete")
     return result
+
+
+class _Listener:
+    """Stands for one subscriptions/listen stream among a URI's subscribers."""
 
 
 _LEVELS = {name: rank for rank, name in enumerate(get_args(LoggingLevel))}
@@ -201,25 +206,57 @@ class Gateway:
             self._log_levels[connection] = level
 
     async def subscribe(self, ctx: Any, uri: str) -> None:
-        """resources/subscribe: the upstream is subscribed once per URI, however many clients ask."""
+        """resources/subscribe (handshake era): the client's connection hears of updates to `uri`."""
+        await self._subscribe(_connection_of(ctx) or _Listener(), uri)
+
+    async def unsubscribe(self, ctx: Any, uri: str) -> None:
+        self._resource_server(uri)
+        connection = _connection_of(ctx)
+        if connection is not None:
+            await self._unsubscribe(connection, uri)
+
+    async def _subscribe(self, subscriber: object, uri: str) -> None:
+        """The upstream is subscribed once per URI, however many subscribers there are."""
         server = self._resource_server(uri)
         subscribers = self._subscribers.setdefault(uri, weakref.WeakSet())
         first = len(subscribers) == 0
-        connection = _connection_of(ctx)
-        if connection is not None:
-            subscribers.add(connection)
+        subscribers.add(subscriber)
         if first:
             await self.forward(server, "resources/subscribe", {"uri": uri})
 
-    async def unsubscribe(self, ctx: Any, uri: str) -> None:
-        server = self._resource_server(uri)
+    async def _unsubscribe(self, subscriber: object, uri: str) -> None:
         subscribers = self._subscribers.get(uri)
-        connection = _connection_of(ctx)
-        if subscribers is not None and connection is not None:
-            subscribers.discard(connection)
-        if subscribers is not None and len(subscribers) == 0:
+        if subscribers is None:
+            return
+        subscribers.discard(subscriber)
+        if len(subscribers) == 0:
             del self._subscribers[uri]
-            await self.forward(server, "resources/unsubscribe", {"uri": uri})
+            server = self.catalog.resolve_resource(uri)
+            if server is not None:
+                with contextlib.suppress(MCPError):
+                    await self.forward(server, "resources/unsubscribe", {"uri": uri})
+
+    def listen_handler(self) -> Any:
+        """`subscriptions/listen` (2026-07-28): the SDK's stream, plus the upstream subscriptions
+        its resource URIs need for as long as the stream is open."""
+        inner = ListenHandler(self.bus)
+
+        async def listen(ctx: ServerRequestContext[Any], params: Any) -> Any:
+            listener = _Listener()
+            uris = list(params.notifications.resource_subscriptions or ())
+            subscribed = []
+            try:
+                for uri in uris:
+                    with contextlib.suppress(MCPError):  # a URI no server offers just never updates
+                        await self._subscribe(listener, uri)
+                        subscribed.append(uri)
+                return await inner(ctx, params)
+            finally:
+                with trio.CancelScope(shield=True):
+                    for uri in subscribed:
+                        await self._unsubscribe(listener, uri)
+
+        return listen
 
     def _resource_server(self, uri: str) -> str:
         server = self.catalog.resolve_resource(uri)
@@ -241,8 +278,9 @@ class Gateway:
                 if rank >= _LEVELS.get(level, 0):
                     await connection.notify(method, tagged)
         elif method == "notifications/resources/updated" and isinstance(uri := params.get("uri"), str):
-            for connection in list(self._subscribers.get(uri, ())):
-                await connection.notify(method, params)
+            for subscriber in list(self._subscribers.get(uri, ())):
+                if isinstance(subscriber, Connection):  # 2026-07-28 listeners hear it from the bus
+                    await subscriber.notify(method, params)
             await self.bus.publish(ResourceUpdated(uri=uri))
 
     def remember(self, ctx: Any) -> None:

@@ -246,3 +246,34 @@ async def test_clients_of_every_protocol_era_use_one_running_mcpvisor(tmp_path: 
             )
             assert call.status_code == 200
             assert '"text":"old"' in call.text.replace(" ", "")
+
+
+async def test_2026_clients_hear_list_changes_and_resource_updates_on_listen_streams(tmp_path: Path) -> None:
+    from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+
+    servers = {"ev": everything_stdio_server(), "echo": echo_server()}
+    async with open_stack(tmp_path, servers) as stack, stack.client() as client:
+        resources = [str(r.uri) for r in (await client.list_resources()).resources if str(r.uri).startswith("demo://")]
+        uri = resources[0]
+        # Updates start only while some subscriber holds the upstream subscription: this stream.
+        async with (
+            client.listen(tools_list_changed=True, resource_subscriptions=[uri]) as stream,
+            stack.client(mode="legacy") as toggler,
+        ):
+            await toggler.call_tool("ev:toggle-subscriber-updates", {})
+            events: list[Any] = []
+            with trio.fail_after(20):
+                async for event in stream:
+                    events.append(event)
+                    if isinstance(event, ResourceUpdated):
+                        break
+            assert any(isinstance(e, ResourceUpdated) and str(e.uri) == uri for e in events)
+            code, _ = await stack.actl("disable", "echo")
+            assert code == 0
+            with trio.fail_after(10):
+                async for event in stream:
+                    if isinstance(event, ToolsListChanged):
+                        break
+            await toggler.call_tool("ev:toggle-subscriber-updates", {})
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert not any(name.startswith("echo:") for name in names)
