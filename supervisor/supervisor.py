@@ -108,7 +108,7 @@ class Supervisor:
             data_dir=str(self.data_dir),
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
-        return Launch([sys.executable, "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")
+        return Launch([sys.executable, "-P", "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")
 
     def worker_launch(self, server: str) -> Launch:
         spec = worker_spec.WorkerSpec(
@@ -121,7 +121,7 @@ class Supervisor:
             log_level=self.config.mcpvisor.log_level,
         )
         env = dict(os.environ) | {worker_spec.ENV_VAR: worker_spec.encode(spec)}
-        return Launch([sys.executable, "-m", "mcpvisor.workers"], env, self.log_dir / f"{server}.worker.log")
+        return Launch([sys.executable, "-P", "-m", "mcpvisor.workers"], env, self.log_dir / f"{server}.worker.log")
 
     def _add_program(self, name: str, launch: Launch, policy: Policy) -> Program:
         program = Program(name, launch, policy, self._state_changed, needs_report=True)

@@ -81,9 +81,17 @@ async def restart_times(stack: Any, tries: int) -> tuple[list[float], list[float
 async def disable_notice_times(stack: Any, control: Connection, tries: int) -> list[float]:
     samples: list[float] = []
     arrived = trio.Event()
+    arrived_at = 0.0
 
     async def on_message(message: Any) -> None:
-        if isinstance(message, types.ServerNotification) and message.method == "notifications/tools/list_changed":
+        nonlocal arrived_at
+        if (
+            isinstance(message, types.ServerNotification)
+            and message.method == "notifications/tools/list_changed"
+            and not arrived.is_set()
+        ):
+            # Stamped here: the control reply itself only comes once the worker has stopped.
+            arrived_at = time.perf_counter()
             arrived.set()
 
     async with stack.client(mode="legacy", message_handler=on_message) as client:
@@ -97,7 +105,7 @@ async def disable_notice_times(stack: Any, control: Connection, tries: int) -> l
             assert reply.ok, reply.error
             with trio.fail_after(10):
                 await arrived.wait()
-            samples.append(time.perf_counter() - start)
+            samples.append(arrived_at - start)
             print(f"disable {attempt + 1}/{tries}: {samples[-1] * 1000:.0f} ms", file=sys.stderr)
             reply = await trio.to_thread.run_sync(control.call, "enable", ["echo"])
             assert reply.ok, reply.error

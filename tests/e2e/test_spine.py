@@ -277,3 +277,12 @@ async def test_malformed_and_oversized_requests_get_clear_errors_and_change_noth
             assert oversized.status_code == 413
         async with stack.client() as client:
             assert (await client.call_tool("echo:echo", {"text": "unharmed"})).content[0].text == "unharmed"
+
+
+async def test_files_in_the_working_directory_cannot_shadow_what_mcpvisor_imports(tmp_path: Path) -> None:
+    """Given a `dis.py` where mcpvisor is started (a stdlib name), every process still starts."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "dis.py").write_text("raise SystemExit('this must never be imported')\n")
+    async with open_stack(tmp_path, {"echo": echo_server()}, cwd=workdir) as stack, stack.client() as client:
+        assert (await client.call_tool("echo:echo", {"text": "safe"})).content[0].text == "safe"

@@ -181,6 +181,7 @@ async def open_stack(
     settings: Mapping[str, Any] | None = None,
     wait_for: list[str] | None = None,
     env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> AsyncIterator[Stack]:
     """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards."""
     port = free_port()
@@ -200,6 +201,7 @@ async def open_stack(
             stdout=out,
             stderr=out,
             env=process_env,
+            cwd=cwd,
             start_new_session=True,
         )
     stack = Stack(process, config_path, data_dir, run_dir / "mcpvisor", port, process_env)
