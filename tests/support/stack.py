@@ -101,7 +101,7 @@ class Stack:
 
     def ctl(self, *args: str, json_output: bool = True, timeout: float = 60) -> tuple[int, Any]:
         """Run `mcpvisor ctl` against this stack: (exit code, parsed JSON or text output)."""
-        command = [sys.executable, "-m", "mcpvisor.supervisor", "ctl", "-c", str(self.config_path)]
+        command = [sys.executable, "-P", "-m", "mcpvisor.supervisor", "ctl", "-c", str(self.config_path)]
         if json_output:
             command.append("--json")
         result = subprocess.run(
@@ -197,7 +197,7 @@ async def open_stack(
     process_env.pop("RUNTIME_DIRECTORY", None)
     with open(data_dir / "supervisor.out", "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mcpvisor.supervisor", "serve", "-c", str(config_path)],
+            [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config_path)],
             stdout=out,
             stderr=out,
             env=process_env,
