@@ -48,6 +48,32 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from mcpvisor.supervisor import configstore
+    from mcpvisor.supervisor.importer import import_servers
+
+    path = _config_path(args.config)
+    try:
+        config = config_mod.load(path) if path.exists() else config_mod.Config()
+        new, added, skipped = import_servers(Path(args.source), config, replace=args.replace)
+    except config_mod.ConfigError as exc:
+        print(f"mcpvisor: {exc}", file=sys.stderr)
+        return 2
+    for line in skipped:
+        print(f"skipped {line}", file=sys.stderr)
+    if not added:
+        print("no servers imported", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        print(configstore.dumps(new), end="")
+        return 0
+    configstore.save(path, new)
+    print(f"{path}: imported {', '.join(added)}")
+    print("secrets found in the file were replaced by ${env:NAME} references: set those variables where mcpvisor runs")
+    print("running? apply it with `mcpvisor ctl update` (or SIGHUP)")
+    return 0
+
+
 def cmd_ctl(args: argparse.Namespace) -> int:
     from mcpvisor.supervisor import ctl
 
@@ -77,6 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ctl.add_argument("rest", nargs=argparse.REMAINDER)
     ctl.set_defaults(func=cmd_ctl)
+
+    imp = sub.add_parser(
+        "import",
+        help="add the servers of a Claude Desktop, Cursor or VS Code `mcpServers` JSON file to the config",
+        description="Add the servers of an `mcpServers` JSON file (Claude Desktop's claude_desktop_config.json, "
+        "Cursor's mcp.json, VS Code's .vscode/mcp.json) to the config file. Literal secrets in env and headers are "
+        "not copied: they become ${env:NAME} references.",
+    )
+    imp.add_argument("source", help="the JSON file to read")
+    imp.add_argument("-c", "--config", help="the TOML config to add to (created if missing)")
+    imp.add_argument("--replace", action="store_true", help="replace servers that already exist under that name")
+    imp.add_argument("--dry-run", action="store_true", help="print the resulting config instead of writing it")
+    imp.set_defaults(func=cmd_import)
 
     check = sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("-c", "--config", help="TOML config file")
