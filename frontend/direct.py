@@ -54,7 +54,7 @@ def build_direct_server(gateway: Gateway) -> Server[Any]:
         server, tool = gateway.resolve_tool(params.name)
         forwarded = forwardable(params, ctx)
         forwarded["name"] = tool
-        return keep(await gateway.forward(server, "tools/call", forwarded, ctx))
+        return keep(await gateway.forward(server, "tools/call", forwarded, ctx, what=f"Tool '{params.name}'"))
 
     async def list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None

@@ -137,7 +137,13 @@ class Gateway:
         return self.spec.settings.call_timeout
 
     async def forward(
-        self, server: str, method: str, params: dict[str, Any], ctx: ServerRequestContext[Any] | None = None
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        ctx: ServerRequestContext[Any] | None = None,
+        *,
+        what: str = "",
     ) -> dict[str, Any]:
         """Run one request on a server's upstream; MCPError with a clear message on failure.
 
@@ -149,7 +155,9 @@ class Gateway:
         try:
             raw = await self.router.request(server, method, params, self.call_timeout(server), call)
         except WireError as exc:
-            raise MCPError(code=exc.jsonrpc_code, message=exc.message) from None
+            # Name what was called ("Tool 'github:create_issue': ..."), not only the server.
+            message = f"{what}: {exc.message}" if what else exc.message
+            raise MCPError(code=exc.jsonrpc_code, message=message) from None
         return complete(_decode_result.decode(raw))
 
     def visible_servers(self) -> Iterable[str] | None:

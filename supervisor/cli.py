@@ -32,7 +32,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except config_mod.ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
-    logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log)
+    # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
+    log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
+    logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
     trio.run(serve, config, path)
     return 0
 

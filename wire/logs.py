@@ -49,11 +49,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(event, default=str)
 
 
-def setup(process_name: str, level: str = "info", *, structured: bool = False) -> None:
+def setup(process_name: str, level: str = "info", *, structured: bool = False, json_file: Path | None = None) -> None:
+    """Log to stderr, one line per event; and, with `json_file`, as JSON lines to a rotated file."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(process_name) if structured else OneLineFormatter(process_name))
     root = logging.getLogger()
     root.handlers[:] = [handler]
+    if json_file is not None:
+        file_handler = RotatingHandler(RotatingFile(json_file))
+        file_handler.setFormatter(JsonFormatter(process_name))
+        root.addHandler(file_handler)
     root.setLevel(level.upper())
     # The SDK and HTTP stacks are chatty at INFO about every request.
     for name in ("httpx", "httpx2", "mcp", "hypercorn.access", "mcp.server.lowlevel.server"):
@@ -88,6 +93,20 @@ class RotatingFile:
 
     def close(self) -> None:
         self._file.close()
+
+
+class RotatingHandler(logging.Handler):
+    """A logging handler writing one formatted line per record to a RotatingFile."""
+
+    def __init__(self, sink: RotatingFile) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sink.write(self.format(record).encode() + b"\n")
+        except (OSError, ValueError):
+            self.handleError(record)
 
 
 async def pump(stream: trio.abc.ReceiveStream, sink: RotatingFile) -> None:

@@ -144,7 +144,10 @@ async def test_unknown_names_get_clear_errors_at_once(tmp_path: Path) -> None:
 async def test_call_timeout_names_the_server_and_returns_promptly(tmp_path: Path) -> None:
     servers = {"echo": echo_server(policy={"call_timeout": 1})}
     async with open_stack(tmp_path, servers) as stack, stack.client() as client:
-        with trio.fail_after(6), pytest.raises(MCPError, match="no answer from server 'echo' within 1s"):
+        with (
+            trio.fail_after(6),
+            pytest.raises(MCPError, match="Tool 'echo:slow': no answer from server 'echo' within 1s"),
+        ):
             await client.call_tool("echo:slow", {"seconds": 30})
         # The worker is still healthy afterwards.
         assert (await client.call_tool("echo:echo", {"text": "still here"})).content[0].text == "still here"

@@ -266,6 +266,14 @@ async def test_ctl_commands_and_lsb_exit_codes(tmp_path: Path) -> None:
         assert "upstream echo: ready" in tail["streams"][0]["text"]
         code, text = await stack.actl("help", "tail", json_output=False)
         assert code == 0 and "the upstream's stderr" in text
+        # The supervisor's own log in the data dir: one JSON event per line.
+        import json
+
+        events = [json.loads(line) for line in stack.log("supervisor.log").splitlines()]
+        assert any(
+            e.get("event") == "state" and e.get("name") == "worker:echo" and e.get("to") == "RUNNING" for e in events
+        )
+        assert any(e.get("event") == "command" and e.get("command") == "stop" for e in events)
         code, result = await stack.actl("shutdown")
         assert code == 0
         with trio.fail_after(20):
