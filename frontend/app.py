@@ -12,6 +12,7 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from mcpvisor.frontend.fastpath import FastPath, replay
 from mcpvisor.frontend.gateway import Gateway
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,14 @@ class FrontendApp:
 
     def __init__(self, gateway: Gateway, endpoints: dict[str, Server[Any]], host: str, max_body: int) -> None:
         self.gateway = gateway
+        security = _security(host)
+        self.fast = FastPath(
+            gateway,
+            max_body=max_body,
+            allowed_hosts=security.allowed_hosts if security is not None else None,
+            allowed_origins=security.allowed_origins if security is not None else None,
+            server_info={"name": "mcpvisor-direct", "version": "0.1.0"},
+        )
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
         self._apps: dict[str, ASGIApp] = {}
         for path, server in endpoints.items():
@@ -77,6 +86,12 @@ class FrontendApp:
             return
         path = scope["path"].rstrip("/") or "/"
         if (app := self._apps.get(path)) is not None:
+            if path == "/mcp/direct":
+                answered, body = await self.fast(scope, receive, send)
+                if answered:
+                    return
+                if body:
+                    receive = replay(body, receive)
             await app(scope, receive, send)
         elif path == "/healthz":
             await _send_json(send, 200, self._health())

@@ -289,3 +289,38 @@ async def test_files_in_the_working_directory_cannot_shadow_what_mcpvisor_import
     (workdir / "dis.py").write_text("raise SystemExit('this must never be imported')\n")
     async with open_stack(tmp_path, {"echo": echo_server()}, cwd=workdir) as stack, stack.client() as client:
         assert (await client.call_tool("echo:echo", {"text": "safe"})).content[0].text == "safe"
+
+
+async def test_requests_from_other_hosts_and_origins_are_refused_on_loopback(tmp_path: Path) -> None:
+    """DNS rebinding: a page on another origin must not reach local tools, by any code path."""
+    async with open_stack(tmp_path, {"echo": echo_server()}) as stack:
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "echo:touch",
+                "arguments": {"path": str(tmp_path / "pwned")},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        }
+        base = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "echo:touch",
+        }
+        async with httpx2.AsyncClient(timeout=10) as http:
+            for extra in ({"Host": "evil.example"}, {"Origin": "http://evil.example"}):
+                response = await http.post(stack.direct_url, json=call, headers={**base, **extra})
+                assert response.status_code in (400, 403, 421), (extra, response.status_code, response.text)
+            assert not (tmp_path / "pwned").exists()
+            allowed = await http.post(
+                stack.direct_url, json=call, headers={**base, "Origin": f"http://127.0.0.1:{stack.port}"}
+            )
+            assert allowed.status_code == 200, allowed.text
+            assert (tmp_path / "pwned").exists()
