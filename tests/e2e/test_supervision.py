@@ -370,3 +370,25 @@ async def test_sd_notify_ready_and_stopping(tmp_path: Path) -> None:
     finally:
         sock.close()
     assert messages.index("READY=1") < messages.index("STOPPING=1")
+
+
+async def test_a_hung_worker_is_killed_and_restarted(tmp_path: Path) -> None:
+    """Given a worker that stops answering (SIGSTOP), the supervisor kills it and starts a new one."""
+    servers = {"echo": echo_server(policy={"heartbeat_timeout": 2})}
+    async with open_stack(tmp_path, servers) as stack:
+        before = stack.status()["echo"]["pid"]
+        os.kill(before, signal.SIGSTOP)
+        try:
+            rows = await stack.wait_status(
+                lambda r: r["echo"]["pid"] not in (0, before) and r["echo"].get("upstream") == "ready", timeout=30
+            )
+        finally:
+            if alive(before):
+                os.kill(before, signal.SIGKILL)
+        assert rows["echo"]["state"] == "RUNNING"
+        with trio.fail_after(10):
+            while alive(before):
+                await trio.sleep(0.1)
+        assert "worker:echo: no report for" in stack.supervisor_output()
+        async with stack.client() as client:
+            assert (await client.call_tool("echo:echo", {"text": "back"})).content[0].text == "back"
