@@ -14,7 +14,7 @@ import trio
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.support.stack import UPSTREAMS, alive, echo_server, free_port, open_stack
+from tests.support.stack import UPSTREAMS, alive, echo_server, free_port, open_stack, wait_listening
 
 TIME_SERVER = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
 
@@ -38,14 +38,7 @@ async def serve_http_upstream(name: str, flag: str = "--http") -> tuple[subproce
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    for _ in range(200):
-        try:
-            stream = await trio.open_tcp_stream("127.0.0.1", port)
-        except OSError:
-            await trio.sleep(0.05)
-            continue
-        await stream.aclose()
-        break
+    await wait_listening(port, process)
     return process, port
 
 

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
-from tests.support.stack import REPO, free_port
+from tests.support.stack import REPO, free_port, wait_listening
 
 PEERS = REPO / "tests" / "peers"
 NODE_MODULES = PEERS / "node_modules"
@@ -84,17 +83,10 @@ async def open_everything_http(log_dir: Path, *, timeout: float = 15.0) -> Async
             command, stdout=log, stderr=log, env={**os.environ, "PORT": str(port)}, start_new_session=True
         )
     try:
-        with trio.fail_after(timeout):
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"server-everything exited with {process.returncode}: {log_path.read_text()}")
-                try:
-                    stream = await trio.open_tcp_stream("127.0.0.1", port)
-                except OSError:
-                    await trio.sleep(0.05)
-                    continue
-                await stream.aclose()
-                break
+        try:
+            await wait_listening(port, process, timeout=timeout)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {log_path.read_text()}") from None
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         _kill_group(process)

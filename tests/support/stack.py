@@ -31,6 +31,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+async def wait_listening(port: int, process: subprocess.Popen[bytes], *, timeout: float = 15.0) -> None:
+    """Wait until something accepts connections on the loopback `port`; fail if `process` exits."""
+    with trio.fail_after(timeout):
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode} before listening")
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+            except OSError:
+                await trio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return
+
+
 def python_server(script: str, *args: str, **extra: Any) -> dict[str, Any]:
     """A server table that runs one of tests/upstreams/ over stdio."""
     return {"command": sys.executable, "args": [str(UPSTREAMS / script), *args], **extra}
