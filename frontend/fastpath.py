@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.frontend.gateway import ENVELOPE_PREFIX, Gateway
 from mcpvisor.wire.errors import INTERNAL_ERROR, ErrorCode, WireError
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 MODERN = "2026-07-28"
 _PROTOCOL_KEY = "io.modelcontextprotocol/protocolVersion"
 _CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-_ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 # Keys of `_meta` that ask for more than a plain answer: progress or log delivery on a stream.
 _STREAMING_META = ("progressToken", "io.modelcontextprotocol/logLevel")
 
@@ -135,7 +134,7 @@ class FastPath:
             return False, body  # the SDK path explains unknown names
         server, tool = target
         params: dict[str, Any] = {"name": tool, "arguments": call.params.arguments}
-        forwarded_meta = {key: value for key, value in meta.items() if not key.startswith(_ENVELOPE_PREFIX)}
+        forwarded_meta = {key: value for key, value in meta.items() if not key.startswith(ENVELOPE_PREFIX)}
         if forwarded_meta:
             params["_meta"] = forwarded_meta
         assert gateway.router is not None

@@ -31,13 +31,12 @@ from mcpvisor.wire.errors import INVALID_PARAMS, WireError
 
 log = logging.getLogger(__name__)
 
-_encode = msgspec.json.encode
 _decode_result = msgspec.json.Decoder(dict[str, Any])
 
 
 # `_meta` keys that describe the client's own connection to mcpvisor (the 2026-07-28 envelope):
 # they must not reach an upstream, whose connection is the worker's.
-_ENVELOPE_PREFIX = "io.modelcontextprotocol/"
+ENVELOPE_PREFIX = "io.modelcontextprotocol/"
 
 
 def forwardable(params: Any, ctx: Any = None) -> dict[str, Any]:
@@ -53,7 +52,7 @@ def forwardable(params: Any, ctx: Any = None) -> dict[str, Any]:
         data = params.model_dump(by_alias=True, mode="json", exclude_none=True)
     meta = data.get("_meta")
     if meta:
-        meta = {key: value for key, value in meta.items() if not key.startswith(_ENVELOPE_PREFIX)}
+        meta = {key: value for key, value in meta.items() if not key.startswith(ENVELOPE_PREFIX)}
         if meta:
             data["_meta"] = meta
         else:
