@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextvars import ContextVar
 from typing import Any
 
 import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from mcpvisor.client import (
@@ -23,6 +21,7 @@ from mcpvisor.client import (
     tool_result_as_resource_result,
 )
 from mcpvisor.frontend.proxy_tool import PROXY_TOOL, PROXY_TOOL_NAME, ProxyError, run_proxy
+from mcpvisor.frontend.unsieved import KeepUnsieved, keep
 
 
 def tool(name: str) -> dict[str, Any]:
@@ -96,25 +95,8 @@ class FakeBackend:
 
 
 # The SDK checks every result against the negotiated revision's schema and drops the keys that
-# schema does not name, among them the proxy's annotations and `contentType`. The proxy handler
-# leaves its full result here and `KeepProxyAnnotations` puts the content back after the check,
-# the way a frontend keeps the extension's annotations on the wire.
-_unsieved_proxy_result: ContextVar[dict[str, Any] | None] = ContextVar("_unsieved_proxy_result", default=None)
-
-
-class KeepProxyAnnotations:
-    """Server middleware that restores the proxy tool's content after the SDK's result check."""
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        slot: dict[str, Any] = {}
-        token = _unsieved_proxy_result.set(slot)
-        try:
-            result = await call_next(ctx)
-        finally:
-            _unsieved_proxy_result.reset(token)
-        if "content" in slot and isinstance(result, dict):
-            return {**result, "content": slot["content"]}
-        return result
+# schema does not name, among them the proxy's annotations and `contentType`: the frontend's
+# `KeepUnsieved` middleware puts back what the proxy handler noted with `keep`, as it does on the wire.
 
 
 def build_server(
@@ -129,10 +111,7 @@ def build_server(
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         if params.name == proxy_tool_name:
-            result = await run_proxy(backend, params.arguments)
-            if (slot := _unsieved_proxy_result.get()) is not None:
-                slot["content"] = result["content"]
-            return result
+            return keep(await run_proxy(backend, params.arguments))
         try:
             called = await backend.call_tool(params.name, params.arguments or {})
         except ProxyError as error:
@@ -171,7 +150,7 @@ def build_server(
         on_get_prompt=get_prompt,
     )
     if keep_annotations:
-        server.middleware.append(KeepProxyAnnotations())
+        server.middleware.append(KeepUnsieved())
     return server
 
 
