@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
+from mcp.shared.uri_template import UriTemplate
 
 from mcpvisor.wire.states import UpstreamState
 
@@ -72,6 +73,7 @@ class Catalog:
         self.version = 0  # bumps on every change a client could see
         self._tool_index: dict[str, tuple[str, str]] = {}
         self._tool_defs: dict[str, dict[str, Any]] = {}
+        self._templates: list[tuple[UriTemplate, str]] = []
         self._prompt_index: dict[str, tuple[str, str]] = {}
         self._resource_index: dict[str, str] = {}
 
@@ -135,6 +137,7 @@ class Catalog:
     def _reindex(self) -> None:
         tools: dict[str, tuple[str, str]] = {}
         defs: dict[str, dict[str, Any]] = {}
+        templates: list[tuple[UriTemplate, str]] = []
         prompts: dict[str, tuple[str, str]] = {}
         resources: dict[str, str] = {}
         for server_id in sorted(self.servers):
@@ -166,8 +169,15 @@ class Catalog:
                         server_id,
                         owner,
                     )
+            for template in view.templates:
+                # Parsed once here, not on every read that has to be matched against them.
+                try:
+                    templates.append((UriTemplate.parse(template["uriTemplate"]), server_id))
+                except (ValueError, KeyError, TypeError):
+                    log.warning("server %s lists an unusable resource template: %.100r", server_id, template)
         self._tool_index, self._prompt_index, self._resource_index = tools, prompts, resources
         self._tool_defs = defs
+        self._templates = templates
 
     # -- lookups ---------------------------------------------------------------------------------
 
@@ -193,16 +203,7 @@ class Catalog:
         """The server that serves `uri`: a listed resource, else the first template that matches it."""
         if (server := self._resource_index.get(uri)) is not None:
             return server
-        from mcp.shared.uri_template import UriTemplate
-
-        for view in self.ready_servers():
-            for template in view.templates:
-                try:
-                    if UriTemplate.parse(template["uriTemplate"]).match(uri) is not None:
-                        return view.id
-                except (ValueError, KeyError):
-                    continue
-        return None
+        return next((server for template, server in self._templates if template.match(uri) is not None), None)
 
     def describe_unavailable(self, server_id: str) -> str:
         view = self.servers.get(server_id)
