@@ -34,6 +34,7 @@ _PR_SET_PDEATHSIG = 1
 _MAX_LINE = 64 * 1024 * 1024  # an upstream that never ends a line must not eat the worker's memory
 _STDIN_GRACE = 2.0
 _TERM_GRACE = 2.0
+_STDERR_DRAIN = 1.0
 
 # Inherited by default, as the SDK's stdio client does: enough to find and run programs.
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ")
@@ -241,12 +242,25 @@ async def open_stdio_upstream(
         nursery.start_soon(read_stdout)
         nursery.start_soon(write_stdin)
         assert process.output is not None
-        nursery.start_soon(pump, process.output, stderr_log)
+        stderr_done = trio.Event()
+
+        async def pump_stderr() -> None:
+            assert process.output is not None
+            try:
+                await pump(process.output, stderr_log)
+            finally:
+                stderr_done.set()
+
+        nursery.start_soon(pump_stderr)
         try:
             yield read_stream, write_stream, channel
         finally:
             with trio.CancelScope(shield=True):
                 await stop_process(process)
+                # An upstream's last words (why it died) are what its log is for: let the pump
+                # reach the end of the pipe. Bounded, as a grandchild may still hold it open.
+                with trio.move_on_after(_STDERR_DRAIN):
+                    await stderr_done.wait()
             nursery.cancel_scope.cancel()
 
 
