@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -261,14 +262,17 @@ async def test_ctl_commands_and_lsb_exit_codes(tmp_path: Path) -> None:
         assert (await stack.actl("status", "echo"))[0] == 3
         code, result = await stack.actl("start", "echo")
         assert code == 0 and result[0]["outcome"] == "started"
-        code, tail = await stack.actl("tail", "echo", "-n", "5")
-        assert [s["stream"] for s in tail["streams"]] == ["worker", "stderr"]
-        assert "upstream echo: ready" in tail["streams"][0]["text"]
+        # RUNNING means the worker reported in; its upstream may reach "ready" a moment later.
+        with trio.fail_after(20):
+            while True:
+                code, tail = await stack.actl("tail", "echo", "-n", "5")
+                assert [s["stream"] for s in tail["streams"]] == ["worker", "stderr"]
+                if "upstream echo: ready" in tail["streams"][0]["text"]:
+                    break
+                await trio.sleep(0.1)
         code, text = await stack.actl("help", "tail", json_output=False)
         assert code == 0 and "the upstream's stderr" in text
         # The supervisor's own log in the data dir: one JSON event per line.
-        import json
-
         events = [json.loads(line) for line in stack.log("supervisor.log").splitlines()]
         assert any(
             e.get("event") == "state" and e.get("name") == "worker:echo" and e.get("to") == "RUNNING" for e in events
