@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -90,6 +91,10 @@ def _print_result(spec: Any, reply: Reply, as_json: bool) -> None:
         print(text)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _follow(conn: Connection, args: list[str], as_json: bool) -> int:
     """`tail -f`: print the end, then what is appended, until interrupted."""
     reply = conn.call("tail", args)
@@ -98,7 +103,11 @@ def _follow(conn: Connection, args: list[str], as_json: bool) -> int:
         return reply.exit_code or 1
     spec = load_all()["tail"]
     _print_result(spec, reply, as_json)
+    sys.stdout.flush()
     offsets = {s["stream"]: s["offset"] for s in reply.result["streams"]}
+    # Ended by Ctrl-C, or by SIGTERM from whatever runs it (`timeout`, a job runner that has
+    # SIGINT ignored): both mean "stop following", not an error.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
             time.sleep(0.5)

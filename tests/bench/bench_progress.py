@@ -63,7 +63,9 @@ async def main(args: argparse.Namespace) -> None:
     for mode, d, m in rows:
         era = "2026-07-28" if mode == "auto" else "2025-11-25"
         added = statistics.median(m) - statistics.median(d)
-        print(f"{era:<10} {statistics.median(d):>11.2f} ms {statistics.median(m):>13.2f} ms {added:>6.2f} ms {max(m):>10.2f} ms")
+        print(
+            f"{era:<10} {statistics.median(d):>11.2f} ms {statistics.median(m):>13.2f} ms {added:>6.2f} ms {max(m):>10.2f} ms"
+        )
 
 
 if __name__ == "__main__":

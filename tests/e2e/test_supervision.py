@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -290,33 +291,26 @@ async def test_ctl_commands_and_lsb_exit_codes(tmp_path: Path) -> None:
 
 async def test_tail_follow_prints_new_lines(tmp_path: Path) -> None:
     async with open_stack(tmp_path, {"echo": echo_server()}) as stack:
-        import subprocess
-
-        follower = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "mcpvisor.supervisor",
-                "ctl",
-                "-c",
-                str(stack.config_path),
-                "tail",
-                "-f",
-                "echo",
-                "worker",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=stack.env,
-        )
+        out_path = tmp_path / "follower.out"
+        command = [sys.executable, "-m", "mcpvisor.supervisor", "ctl", "-c", str(stack.config_path)]
+        with out_path.open("w") as out:
+            follower = subprocess.Popen([*command, "tail", "-f", "echo", "worker"], stdout=out, env=stack.env)
         try:
-            await trio.sleep(1.5)
+            with trio.fail_after(20):
+                while "upstream echo: ready" not in out_path.read_text():
+                    await trio.sleep(0.1)
+            assert "received SIGTERM" not in out_path.read_text()
             await stack.actl("restart", "echo")
-            await trio.sleep(1.5)
+            with trio.fail_after(20):
+                while "received SIGTERM" not in out_path.read_text():  # written after the follower started
+                    await trio.sleep(0.1)
+            # SIGTERM ends following as Ctrl-C does (SIGINT may be ignored by whatever started us).
+            follower.terminate()
+            assert follower.wait(timeout=10) == 0
         finally:
-            follower.send_signal(signal.SIGINT)
-            out, _ = follower.communicate(timeout=10)
-        assert "received SIGTERM" in out  # written after the follower started
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
 
 
 async def test_sigkill_of_the_supervisor_leaves_no_process_behind(tmp_path: Path) -> None:
