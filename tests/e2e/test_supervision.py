@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,22 @@ class ListChanged:
             self.count += 1
             self.event.set()
 
-    async def next(self, timeout: float) -> None:
-        with trio.fail_after(timeout):
-            await self.event.wait()
+    def arm(self) -> None:
+        """Forget notices received so far: `until` waits for new ones."""
         self.event = trio.Event()
+
+    async def until(self, holds: Callable[[], Awaitable[bool]], timeout: float) -> None:
+        """Wait for notices until `holds()` is true after one; at least one must come.
+
+        The frontend coalesces a burst of changes into one notice, so "gone" and "back" may
+        arrive as two notices or as one.
+        """
+        with trio.fail_after(timeout):
+            while True:
+                await self.event.wait()
+                self.event = trio.Event()
+                if await holds():
+                    return
 
 
 async def test_kill_9_of_worker_and_upstream_under_load(tmp_path: Path) -> None:
@@ -66,20 +79,24 @@ async def test_kill_9_of_worker_and_upstream_under_load(tmp_path: Path) -> None:
                     nursery.start_soon(caller, index)
                 await trio.sleep(1.0)
 
-                # 1. the worker process dies
+                async def echo_listed() -> bool:
+                    return "echo:echo" in {t.name for t in (await watcher.list_tools()).tools}
+
+                # 1. the worker process dies: the client is told, and its tools come back
+                notices.arm()
                 os.kill(before["pid"], signal.SIGKILL)
-                await notices.next(timeout=5)
                 rows = await stack.wait_status(
                     lambda r: r["echo"]["pid"] not in (0, before["pid"]) and r["echo"]["upstream"] == "ready"
                 )
-                await notices.next(timeout=10)  # ... and its tools come back
+                await notices.until(echo_listed, timeout=15)
                 assert rows["other"]["pid"] == stack.status()["other"]["pid"]  # the other server was not touched
 
                 # 2. the upstream dies under the new worker
                 upstream_pid = int((await watcher.call_tool("echo:pid", {})).content[0].text)
+                notices.arm()
                 os.kill(upstream_pid, signal.SIGKILL)
-                await notices.next(timeout=5)
                 await stack.wait_status(lambda r: r["echo"]["upstream"] == "ready")
+                await notices.until(echo_listed, timeout=15)
                 recovered_at = len(outcomes)
                 await trio.sleep(1.0)
                 stop.set()
@@ -225,22 +242,31 @@ async def test_disable_and_enable_persist_and_notify_clients(tmp_path: Path) -> 
         notices = ListChanged()
         async with stack.client(mode="legacy", message_handler=notices) as client:
             await client.list_tools()
+
+            async def names() -> set[str]:
+                return {t.name for t in (await client.list_tools()).tools}
+
+            async def echo_gone() -> bool:
+                listed = await names()
+                return not any(n.startswith("echo:") for n in listed) and "other:echo" in listed
+
+            async def echo_back() -> bool:
+                return "echo:echo" in await names()
+
+            notices.arm()
             code, result = await stack.actl("disable", "echo")
             assert code == 0 and result == {"name": "echo", "enabled": False}
-            await notices.next(timeout=5)
-            names = {t.name for t in (await client.list_tools()).tools}
-            assert not any(n.startswith("echo:") for n in names) and "other:echo" in names
+            await notices.until(echo_gone, timeout=10)
             assert "enabled = false" in stack.config_path.read_text()
             assert (stack.config_path.parent / "mcpvisor.toml.bak").exists()
             code, text = await stack.actl("status", json_output=False)
             assert code == 3 and "disabled" in text
 
+            notices.arm()
             code, result = await stack.actl("enable", "echo")
             assert code == 0
             await stack.wait_ready(["echo"])
-            await notices.next(timeout=5)
-            names = {t.name for t in (await client.list_tools()).tools}
-            assert "echo:echo" in names
+            await notices.until(echo_back, timeout=10)
             assert "enabled = false" not in stack.config_path.read_text()
 
 
