@@ -10,6 +10,7 @@ over streamable HTTP, in this one run, and the figures are printed side by side.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -23,17 +24,42 @@ from mcp import Client
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.stack import UPSTREAMS, echo_server, free_port, open_stack
 
+_TICKS = os.sysconf("SC_CLK_TCK")
 
-async def sequential(url: str, tool: str, calls: int, mode: str) -> list[float]:
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def role(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline") as cmdline:
+        argv = cmdline.read()
+    for module in ("frontend", "workers"):
+        if f"mcpvisor.{module}" in argv:
+            return module.removesuffix("s")
+    return "upstream"
+
+
+async def sequential(
+    url: str, tool: str, calls: int, mode: str, processes: dict[str, int]
+) -> tuple[list[float], dict[str, float]]:
+    """Latency samples (ms), and the CPU each process spent per call (ms), the client included."""
     async with Client(url, mode=mode) as client:
         for _ in range(min(50, calls)):
             await client.call_tool(tool, {"text": "warm-up"})
         samples = []
+        before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+        client_before = time.process_time()
         for i in range(calls):
             start = time.perf_counter()
             await client.call_tool(tool, {"text": f"call {i}"})
             samples.append((time.perf_counter() - start) * 1000)
-        return samples
+        cpu = {"client": time.process_time() - client_before}
+        cpu.update({name: cpu_seconds(pid) - before[name] for name, pid in processes.items()})
+        return samples, {name: seconds * 1000 / calls for name, seconds in cpu.items()}
 
 
 async def concurrent(url: str, tool: str, clients: int, per_client: int, mode: str) -> float:
@@ -85,17 +111,19 @@ async def main(args: argparse.Namespace) -> None:
     )
     direct_url = f"http://127.0.0.1:{port}/mcp"
     results: dict[str, dict[str, float]] = {}
+    cpu: dict[str, dict[str, float]] = {}
     try:
         await wait_http(direct_url)
         with tempfile.TemporaryDirectory() as tmp:
             async with open_stack(Path(tmp), {"echo": echo_server()}) as stack:
+                behind = {role(pid): pid for pid in stack.pids() if pid != stack.process.pid}
                 for mode in args.modes:
-                    for label, url, tool in (
-                        ("direct", direct_url, "echo"),
-                        ("mcpvisor", stack.direct_url, "echo:echo"),
+                    for label, url, tool, processes in (
+                        ("direct", direct_url, "echo", {"upstream": direct.pid}),
+                        ("mcpvisor", stack.direct_url, "echo:echo", behind),
                     ):
                         print(f"measuring {label} ({mode}) ...", file=sys.stderr)
-                        samples = await sequential(url, tool, args.calls, mode)
+                        samples, cpu[f"{label}/{mode}"] = await sequential(url, tool, args.calls, mode, processes)
                         rate = await concurrent(url, tool, args.clients, args.per_client, mode)
                         results[f"{label}/{mode}"] = {
                             "p50": statistics.median(samples),
@@ -122,6 +150,19 @@ async def main(args: argparse.Namespace) -> None:
             f"{era:<12} {f'calls/s, {args.clients} clients':<22} {d['rate']:>10.0f} {m['rate']:>10.0f} "
             f"{m['rate'] / d['rate']:>6.2f}x  >= 0.7x"
         )
+    # Where a call's time goes: on a machine with few cores every process of the chain competes
+    # for them, so the sum bounds throughput and the chain's length shows in latency.
+    print("\nCPU per call in the sequential run (ms), by process")
+    print(f"{'protocol':<12} {'path':<10} {'client':>8} {'frontend':>9} {'worker':>8} {'upstream':>9} {'total':>8}")
+    for mode in args.modes:
+        era = "2026-07-28" if mode == "auto" else "2025-11-25"
+        for label in ("direct", "mcpvisor"):
+            row = cpu[f"{label}/{mode}"]
+            cells = [f"{row[name]:>{width}.2f}" if name in row else f"{'-':>{width}}" for name, width in _COLUMNS]
+            print(f"{era:<12} {label:<10} {' '.join(cells)} {sum(row.values()):>8.2f}")
+
+
+_COLUMNS = (("client", 8), ("frontend", 9), ("worker", 8), ("upstream", 9))
 
 
 if __name__ == "__main__":
