@@ -18,6 +18,7 @@ from mcpvisor.frontend.approvals import ToolApprovals
 from mcpvisor.frontend.gateway import Gateway
 from mcpvisor.frontend.quarantine import blocked_answer
 from mcpvisor.frontend.response_cache import ResponseCache, cut_result
+from mcpvisor.frontend.rounds import carried, input_required
 from mcpvisor.frontend.tool_args import (
     ToolInputError,
     check_parameters,
@@ -224,9 +225,12 @@ class ToolCaller:
             token = progress_token(ctx)
             if token is not None:
                 params["_meta"] = {"progressToken": token}
+            params.update(carried(ctx))  # the answers to a question the upstream asked last round
             result = await self.gateway.forward(target.server, "tools/call", params, ctx)
         except MCPError as exc:
             record("error")
             return error_result(exc.error.message)
+        if input_required(result):
+            return result  # the client answers and calls again; the call is recorded when it ends
         record("error" if result.get("isError") is True else "ok")
         return keep(cut_result(result, self.gateway.spec.settings.tool_response_limit, self.cache))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any
+from typing import Any, Protocol
 
 import mcp_types as types
 import msgspec
@@ -54,12 +54,18 @@ def tag_log(server: str, params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "logger": f"{server}:{logger}" if logger else server}
 
 
+class Asker(Protocol):
+    async def ask(self, method: str, params: dict[str, Any]) -> bytes: ...
+
+
 class ClientCall:
     """Binds a routed request to the client request that caused it."""
 
     def __init__(self, ctx: ServerRequestContext[Any], server: str) -> None:
         self.ctx = ctx
         self.server = server
+        # A 2026-07-28 call carried over rounds (frontend/rounds.py) puts questions there.
+        self.rounds: Asker | None = None
 
     @property
     def modern(self) -> bool:
@@ -67,6 +73,15 @@ class ClientCall:
 
     async def notify(self, method: str, payload: bytes) -> bool:
         """Deliver an upstream notification tied to this call; False when it is not for this client."""
+        if self.rounds is None:
+            return await self._deliver(method, payload)
+        try:
+            return await self._deliver(method, payload)
+        except Exception as exc:  # between rounds no request of the client's is open to carry it
+            log.debug("dropped %s between rounds of a call to %s: %s", method, self.server, exc)
+            return True
+
+    async def _deliver(self, method: str, payload: bytes) -> bool:
         try:
             params = _decode.decode(payload)
         except msgspec.DecodeError:
@@ -94,10 +109,11 @@ class ClientCall:
         if spec is None:
             raise AskFailed(types.METHOD_NOT_FOUND, f"{method} cannot be passed to a client")
         request_type, result_type, capability = spec
-        if self.modern:
+        if self.modern and self.rounds is None:
             raise AskFailed(
                 types.INVALID_REQUEST,
-                f"the client speaks 2026-07-28, where a server cannot send it {method} during a call",
+                f"the client speaks 2026-07-28 and this request cannot be answered over rounds, so {method}"
+                " cannot be put to it",
             )
         if not self.ctx.session.check_client_capability(capability):
             raise AskFailed(types.INVALID_REQUEST, f"the client did not declare the capability {method} needs")
@@ -106,6 +122,9 @@ class ClientCall:
             request = request_type.model_validate({"method": method, "params": params or None}, by_name=False)
         except (msgspec.DecodeError, ValidationError) as exc:
             raise AskFailed(types.INVALID_PARAMS, f"invalid {method} from the upstream: {exc}") from None
+        if self.rounds is not None:
+            # 2026-07-28: the question goes out as an input request of the round's result.
+            return await self.rounds.ask(method, params)
         try:
             result = await self.ctx.session.send_request(
                 request, result_type, metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id)

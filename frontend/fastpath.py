@@ -3,8 +3,9 @@
 A stateless 2026-07-28 call of an upstream tool, with no progress or log opt-in, is a plain
 request-response: this module answers it without the SDK's server, decoding the envelope with
 msgspec and passing the upstream's result through as it came, with the fields the protocol adds.
-Everything else (another era, another method, progress, logs, Mcp-Param headers, a management
-tool, anything malformed or unusual) falls through to the SDK, which also produces every error a
+Everything else (another era, another method, progress, logs, a client that can be asked for
+sampling, elicitation or roots, Mcp-Param headers, a management tool, anything malformed or
+unusual) falls through to the SDK, which also produces every error a
 malformed request deserves. The SDK's client checks what this returns in the test suite, in both
 eras, against every upstream the tests use.
 """
@@ -32,6 +33,7 @@ _PROTOCOL_KEY = "io.modelcontextprotocol/protocolVersion"
 _CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 # Keys of `_meta` that ask for more than a plain answer: progress or log delivery on a stream.
 _STREAMING_META = ("progressToken", "io.modelcontextprotocol/logLevel")
+_ASKABLE = ("sampling", "elicitation", "roots")
 
 
 class _Params(msgspec.Struct, forbid_unknown_fields=True):
@@ -123,6 +125,9 @@ class FastPath:
             or call.method != "tools/call"
             or meta.get(_PROTOCOL_KEY) != MODERN
             or not isinstance(meta.get(_CAPABILITIES_KEY), dict)
+            # A client that can be asked things gets its upstream's questions over rounds, which
+            # the SDK's server carries (frontend/rounds.py).
+            or any(meta[_CAPABILITIES_KEY].get(name) is not None for name in _ASKABLE)
             or any(key in meta for key in _STREAMING_META)
             or (mcp_name is not None and mcp_name != call.params.name)
         ):

@@ -14,6 +14,7 @@ from mcp.server import NotificationOptions, Server
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.models import InitializationOptions
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated, ToolsListChanged
@@ -22,6 +23,7 @@ from mcp_types import LoggingLevel
 from mcpvisor.frontend.calls import ClientCall, tag_log
 from mcpvisor.frontend.catalog import Catalog, split_name
 from mcpvisor.frontend.control import ControlClient
+from mcpvisor.frontend.rounds import ROUND_METHODS, ROUND_TTL, Rounds
 from mcpvisor.frontend.router import Router
 from mcpvisor.frontend.search import ToolIndex
 from mcpvisor.frontend.spec import FrontendSpec
@@ -95,8 +97,10 @@ class AnnouncingServer(Server[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The SDK's OpenTelemetry middleware opens a span per message even with no exporter
-        # installed; on a proxy's hot path that is pure cost.
-        self.middleware = [KeepUnsieved()]
+        # installed; on a proxy's hot path that is pure cost. The boundary seals the
+        # `requestState` of 2026-07-28 calls carried over rounds (see frontend/rounds.py).
+        security = RequestStateSecurity.ephemeral(ttl=ROUND_TTL)
+        self.middleware = [RequestStateBoundary(security, default_audience="mcpvisor"), KeepUnsieved()]
 
     def create_initialization_options(
         self,
@@ -126,6 +130,7 @@ class Gateway:
         self._subscribers: dict[str, weakref.WeakSet[Connection]] = {}
         self.bus = InMemorySubscriptionBus()
         self._changed = trio.Event()
+        self.rounds = Rounds(ROUND_TTL)
 
     # -- routing ---------------------------------------------------------------------------------
 
@@ -149,10 +154,22 @@ class Gateway:
         With the client's request context, the upstream's progress, logs and questions (sampling,
         elicitation, roots) during the request go back to that client.
         """
-        assert self.router is not None
+        router = self.router
+        assert router is not None
         call = ClientCall(ctx, server) if ctx is not None else None
+        timeout = self.call_timeout(server)
         try:
-            raw = await self.router.request(server, method, params, self.call_timeout(server), call)
+            if call is not None and call.modern and method in ROUND_METHODS:
+
+                async def request(params: dict[str, Any], call: ClientCall) -> bytes:
+                    return await router.request(server, method, params, timeout, call)
+
+                outcome = await self.rounds.forward(request, server, method, params, call)
+                if isinstance(outcome, dict):
+                    return outcome  # input required: the client answers and calls again
+                raw = outcome
+            else:
+                raw = await router.request(server, method, params, timeout, call)
         except WireError as exc:
             # Name what was called ("Tool 'github:create_issue': ..."), not only the server.
             message = f"{what}: {exc.message}" if what else exc.message

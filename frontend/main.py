@@ -106,6 +106,7 @@ async def run(
             nursery.start_soon(router.serve)
             nursery.start_soon(serve_events, events, gateway, router)
             nursery.start_soon(gateway.serve_notifications)
+            await nursery.start(gateway.rounds.serve)
             nursery.start_soon(gateway.control.serve)
             binds = await nursery.start(hypercorn_serve, app, config)
             nursery.start_soon(serve_reports, control)

@@ -187,7 +187,9 @@ class Router:
         answer: Answer
         result: bytes | None = None
         if pending is None or pending.call is None:
-            answer = Answer(id=msg.id, ok=False, code=-32600, message=f"{msg.method}: no client call to ask")
+            answer = Answer(
+                id=msg.id, ok=False, code=-32600, message=f"{msg.method}: the client of this call cannot be asked it"
+            )
         else:
             try:
                 result = await pending.call.ask(msg.method, payload or b"{}")

@@ -92,6 +92,42 @@ async def test_cancelling_a_call_stops_it_upstream_and_frees_its_slot(tmp_path: 
         assert not marker.exists(), "the upstream kept running a cancelled call"
 
 
+async def test_a_2026_client_answers_an_upstream_question_over_rounds(tmp_path: Path) -> None:
+    """The upstream asks mid-call; a 2026-07-28 client gets input_required, then calls again with the answer."""
+
+    async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        raise AssertionError("this test answers by hand")
+
+    teal = types.ElicitResult(action="accept", content={"color": "teal"})
+    servers = {"ev": everything_stdio_server()}
+    async with (
+        open_stack(tmp_path, servers) as stack,
+        stack.client(mode="auto", elicitation_callback=elicitation) as client,
+    ):
+        session = client.session
+        tool = "ev:trigger-elicitation-request"
+        first = await session.call_tool(tool, {}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult), first
+        assert first.input_requests is not None and first.request_state
+        ((key, request),) = first.input_requests.items()
+        assert request.method == "elicitation/create"
+        assert request.params.requested_schema["properties"]  # the upstream's own question
+
+        # A tampered state is refused, and the upstream keeps waiting for the real one.
+        with pytest.raises(MCPError, match="requestState"):
+            await session.call_tool(
+                tool, {}, input_responses={key: teal}, request_state=first.request_state[:-2] + "xx"
+            )
+        final = await session.call_tool(
+            tool, {}, input_responses={key: teal}, request_state=first.request_state, allow_input_required=True
+        )
+        assert isinstance(final, types.CallToolResult), final
+        assert any("teal" in getattr(block, "text", "") for block in final.content)
+        # A state is good for the one call it continued.
+        with pytest.raises(MCPError, match="requestState"):
+            await session.call_tool(tool, {}, input_responses={key: teal}, request_state=first.request_state)
+
+
 async def test_sampling_and_elicitation_round_trip_to_the_calling_client(tmp_path: Path) -> None:
     asked: list[str] = []
 
@@ -114,7 +150,23 @@ async def test_sampling_and_elicitation_round_trip_to_the_calling_client(tmp_pat
             elicited = await client.call_tool("ev:trigger-elicitation-request", {})
             assert any("teal" in block.text for block in elicited.content)
             assert asked == ["sampling", "elicitation"]
-        # A client without the capability, and a 2026-07-28 client, get a clear answer, not a hang.
+        # A 2026-07-28 client is asked over rounds: input_required, then a second call with the answers.
+        async with stack.client(mode="auto", sampling_callback=sampling, elicitation_callback=elicitation) as client:
+            sampled = await client.call_tool("ev:trigger-sampling-request", {"prompt": "the answer?", "maxTokens": 20})
+            assert "forty-two" in sampled.content[0].text
+            elicited = await client.call_tool("ev:trigger-elicitation-request", {})
+            assert any("teal" in block.text for block in elicited.content)
+            assert asked == ["sampling", "elicitation"] * 2
+        # ... and through the search-first endpoint's call_tool_* the same way.
+        async with stack.client("/mcp", mode="auto", elicitation_callback=elicitation) as searcher:
+            elicited = await searcher.call_tool(
+                "call_tool_read",
+                {"name": "ev:trigger-elicitation-request", "args": {}, "intent": {"operation_type": "read"}},
+            )
+            assert not elicited.is_error, elicited
+            assert any("teal" in block.text for block in elicited.content)
+            assert asked == ["sampling", "elicitation"] * 2 + ["elicitation"]
+        # A client without the capability, in either era, gets a clear answer, not a hang.
         for mode in ("legacy", "auto"):
             async with stack.client(mode=mode) as client:
                 with trio.fail_after(10):
