@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -9,8 +10,12 @@ from typing import Any
 
 import msgspec
 import tomli_w
+import tomlkit
+import tomlkit.exceptions
 
 from mcpvisor.supervisor.config import Config, ConfigError, ServerConfig, loads
+
+log = logging.getLogger(__name__)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -43,6 +48,60 @@ def save(path: Path, config: Config) -> None:
     text = dumps(config)
     loads(text, source=str(path))  # what we write must be what we would accept
     write_atomic(path, text)
+
+
+def save_server(path: Path, config: Config, name: str, server: ServerConfig | None) -> None:
+    """Write one server's new table (None: its removal) into the file, keeping the rest of it.
+
+    The file is edited in place, so its comments, order and layout survive `ctl disable` and
+    the like, and so do edits not yet applied with `update`. A file that cannot be edited that
+    way (unreadable, or broken since it was loaded) is replaced by `config` written whole.
+    """
+    whole = dumps(config)
+    loads(whole, source=str(path))  # a change we would not accept is refused before any write
+    try:
+        edited = edit_server(path.read_text(encoding="utf-8"), name, server, source=str(path))
+        if loads(edited, source=str(path)).servers.get(name) != server:
+            raise ConfigError(f"{path}: editing server {name!r} in place did not give the intended table")
+    except (OSError, ConfigError, tomlkit.exceptions.TOMLKitError) as exc:
+        log.warning("rewriting %s whole (the previous file is kept as .bak): %s", path, exc)
+        edited = whole
+    write_atomic(path, edited)
+
+
+def edit_server(text: str, name: str, server: ServerConfig | None, *, source: str) -> str:
+    """`text` with server `name` changed to `server` (None: removed), touching only what changed."""
+    before = loads(text, source=source).servers.get(name)
+    doc = tomlkit.parse(text)
+    servers = doc.get("servers")
+    if server is None:
+        if servers is not None and name in servers:
+            del servers[name]
+        return doc.as_string()
+    if servers is None:
+        servers = tomlkit.table(is_super_table=True)
+        doc["servers"] = servers
+    new = msgspec.to_builtins(server)
+    if before is None or name not in servers:
+        servers[name] = new
+    else:
+        _edit(servers[name], msgspec.to_builtins(before), new)
+    return doc.as_string()
+
+
+def _edit(table: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Make `table` (a tomlkit table) say `new` where `old` (what it said) differs from it."""
+    for key in old.keys() - new.keys():
+        if key in table:
+            del table[key]  # back to its default, which the file need not spell out
+    for key, value in new.items():
+        if old.get(key) == value:
+            continue
+        current = table.get(key)
+        if isinstance(value, dict) and isinstance(old.get(key), dict) and isinstance(current, dict):
+            _edit(current, old[key], value)
+        else:
+            table[key] = value
 
 
 def server_from_table(name: str, table: Any, *, source: str) -> ServerConfig:

@@ -380,7 +380,7 @@ class Supervisor:
         """Persist one server's new table (None: remove it) and apply it to the running set."""
         async with self._ops_lock:
             new = configstore.with_server(self.config, name, server)
-            configstore.save(self.config_path, new)
+            configstore.save_server(self.config_path, new, name, server)
             await self.apply(new, diff_configs(self.config, new))
 
     # -- running ---------------------------------------------------------------------------------

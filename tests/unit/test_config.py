@@ -454,3 +454,106 @@ def test_server_from_table_refuses_unknown_keys_naming_the_server() -> None:
 def test_server_from_table_refuses_bad_tables_with_a_config_error(table: object, why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         configstore.server_from_table("gh", table, source="server 'gh'")
+
+
+COMMENTED = """\
+# mcpvisor on my workstation
+[mcpvisor]
+listen = "127.0.0.1:9090"  # the port my editor expects
+
+# Local time, for the agent's calendar work.
+[servers.time]
+command = "mcp-server-time"
+args = ["--local-timezone", "UTC"]
+transport = "stdio"  # spelled out though it is the default
+
+[servers.time.policy]
+startretries = 5  # it is slow to start on battery
+
+# The remote one.
+[servers.remote]
+url = "https://example.com/mcp"
+headers = { Authorization = "Bearer ${env:REMOTE_TOKEN}" }
+"""
+
+
+def _change(path: Path, name: str, server: ServerConfig | None) -> None:
+    config = configstore.with_server(load(path), name, server)
+    configstore.save_server(path, config, name, server)
+    assert load(path) == config
+
+
+def test_disable_then_enable_gives_back_the_file_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(COMMENTED)
+    time = load(path).servers["time"]
+
+    _change(path, "time", msgspec.structs.replace(time, enabled=False))
+    text = path.read_text()
+    assert "enabled = false" in text
+    assert "# Local time, for the agent's calendar work." in text and "# it is slow to start on battery" in text
+    assert (tmp_path / "mcpvisor.toml.bak").read_text() == COMMENTED
+
+    _change(path, "time", time)
+    assert path.read_text() == COMMENTED
+
+
+def test_a_nested_change_touches_only_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(COMMENTED)
+    time = load(path).servers["time"]
+
+    _change(path, "time", msgspec.structs.replace(time, policy=msgspec.structs.replace(time.policy, startretries=2)))
+
+    assert path.read_text() == COMMENTED.replace("startretries = 5", "startretries = 2")
+
+
+def test_adding_and_removing_a_server_keeps_the_others_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(COMMENTED)
+
+    _change(path, "extra", ServerConfig(command="extra-server", enabled=False))
+    assert path.read_text().startswith(COMMENTED)
+    _change(path, "remote", None)
+    text = path.read_text()
+    assert "[servers.remote]" not in text and "REMOTE_TOKEN" not in text
+    assert "# the port my editor expects" in text and "# spelled out though it is the default" in text
+    assert "[servers.extra]" in text
+
+
+def test_edits_in_the_file_not_yet_applied_survive_a_change(tmp_path: Path) -> None:
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(COMMENTED)
+    running = load(path)
+    path.write_text(COMMENTED.replace('"127.0.0.1:9090"', '"127.0.0.1:9191"'))  # edited, no `update` yet
+    time = running.servers["time"]
+
+    new = configstore.with_server(running, "time", msgspec.structs.replace(time, enabled=False))
+    configstore.save_server(path, new, "time", new.servers["time"])
+
+    assert load(path).mcpvisor.listen == "127.0.0.1:9191"
+    assert load(path).servers["time"].enabled is False
+
+
+def test_a_file_broken_since_it_was_loaded_is_rewritten_whole(tmp_path: Path) -> None:
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(COMMENTED)
+    running = load(path)
+    path.write_text(COMMENTED + "[servers.half\n")
+    new = configstore.with_server(running, "time", msgspec.structs.replace(running.servers["time"], enabled=False))
+
+    configstore.save_server(path, new, "time", new.servers["time"])
+
+    assert load(path) == new
+    assert (tmp_path / "mcpvisor.toml.bak").read_text().endswith("[servers.half\n")
+
+
+def test_save_server_refuses_a_server_it_would_not_load_back(tmp_path: Path) -> None:
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(COMMENTED)
+    server = ServerConfig(command="x", url="https://example.com/mcp")
+
+    with pytest.raises(ConfigError, match="server 'broken'"):
+        configstore.save_server(path, configstore.with_server(load(path), "broken", server), "broken", server)
+
+    assert path.read_text() == COMMENTED
