@@ -69,7 +69,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(configstore.dumps(new), end="")
         return 0
-    configstore.save(path, new)
+    configstore.save_servers(path, new, added)
     print(f"{path}: imported {', '.join(added)}")
     print("secrets found in the file were replaced by ${env:NAME} references: set those variables where mcpvisor runs")
     print("running? apply it with `mcpvisor ctl update` (or SIGHUP)")

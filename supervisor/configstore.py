@@ -51,20 +51,29 @@ def save(path: Path, config: Config) -> None:
 
 
 def save_server(path: Path, config: Config, name: str, server: ServerConfig | None) -> None:
-    """Write one server's new table (None: its removal) into the file, keeping the rest of it.
+    """Write one server's new table (None: its removal) into the file, keeping the rest of it."""
+    save_servers(path, config, [name])
+
+
+def save_servers(path: Path, config: Config, names: list[str]) -> None:
+    """Write the tables of `names` as `config` has them (absent: removed) into the file, keeping the rest.
 
     The file is edited in place, so its comments, order and layout survive `ctl disable` and
     the like, and so do edits not yet applied with `update`. A file that cannot be edited that
-    way (unreadable, or broken since it was loaded) is replaced by `config` written whole.
+    way (missing, unreadable, or broken since it was loaded) is replaced by `config` written whole.
     """
     whole = dumps(config)
     loads(whole, source=str(path))  # a change we would not accept is refused before any write
     try:
-        edited = edit_server(path.read_text(encoding="utf-8"), name, server, source=str(path))
-        if loads(edited, source=str(path)).servers.get(name) != server:
-            raise ConfigError(f"{path}: editing server {name!r} in place did not give the intended table")
+        edited = path.read_text(encoding="utf-8")
+        for name in names:
+            edited = edit_server(edited, name, config.servers.get(name), source=str(path))
+        written = loads(edited, source=str(path)).servers
+        if any(written.get(name) != config.servers.get(name) for name in names):
+            raise ConfigError(f"{path}: editing {', '.join(names)} in place did not give the intended tables")
     except (OSError, ConfigError, tomlkit.exceptions.TOMLKitError) as exc:
-        log.warning("rewriting %s whole (the previous file is kept as .bak): %s", path, exc)
+        if path.exists():
+            log.warning("rewriting %s whole (the previous file is kept as .bak): %s", path, exc)
         edited = whole
     write_atomic(path, edited)
 

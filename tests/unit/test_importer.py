@@ -81,7 +81,8 @@ def test_a_file_that_is_not_an_mcp_servers_file_is_refused(tmp_path: Path, conte
 def test_the_command_writes_the_config_atomically(tmp_path: Path) -> None:
     source = write(tmp_path, CLAUDE)
     config = tmp_path / "mcpvisor.toml"
-    config.write_text('[mcpvisor]\nlisten = "127.0.0.1:9000"\n')
+    original = '# my gateway\n[mcpvisor]\nlisten = "127.0.0.1:9000"  # the port my client knows\n'
+    config.write_text(original)
     result = subprocess.run(
         [sys.executable, "-P", "-m", "mcpvisor.supervisor", "import", str(source), "-c", str(config)],
         capture_output=True,
@@ -95,3 +96,4 @@ def test_the_command_writes_the_config_atomically(tmp_path: Path) -> None:
     assert loaded.mcpvisor.listen == "127.0.0.1:9000"
     assert set(loaded.servers) == {"filesystem", "GitHub-MCP", "remote", "legacy"}
     assert (tmp_path / "mcpvisor.toml.bak").exists()
+    assert config.read_text().startswith(original)  # what was there, comments included, stays
