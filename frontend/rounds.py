@@ -29,7 +29,6 @@ from mcpvisor.wire.errors import INVALID_PARAMS, ErrorCode, WireError
 log = logging.getLogger(__name__)
 
 _encode = msgspec.json.encode
-_decode = msgspec.json.Decoder(dict[str, Any])
 
 # Requests whose 2026-07-28 result may be `input_required`.
 ROUND_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
@@ -67,7 +66,7 @@ class _Question:
 class _Waiting:
     """One upstream call that outlives the client's rounds."""
 
-    def __init__(self, state: str, server: str, method: str) -> None:
+    def __init__(self, state: str, server: str, method: str, call: ClientCall) -> None:
         self.state = state
         self.server = server
         self.method = method
@@ -79,7 +78,7 @@ class _Waiting:
         self.outcome: bytes | WireError | BaseException | None = None
         self.scope = trio.CancelScope()
         self.expiry: trio.CancelScope | None = None
-        self.call: ClientCall | None = None
+        self.call = call  # its ctx follows the client's newest round
 
     async def ask(self, method: str, params: dict[str, Any]) -> bytes:
         question = _Question(method, params)
@@ -147,8 +146,7 @@ class Rounds:
     def _start(self, request: Any, server: str, method: str, params: dict[str, Any], call: ClientCall) -> _Waiting:
         if self._nursery is None:
             raise WireError(ErrorCode.INTERNAL, "this endpoint cannot carry a call over several rounds")
-        waiting = _Waiting(secrets.token_urlsafe(16), server, method)
-        waiting.call = call
+        waiting = _Waiting(secrets.token_urlsafe(16), server, method, call)
         call.rounds = waiting
 
         async def run() -> None:
@@ -185,7 +183,6 @@ class Rounds:
             waiting.expiry.cancel()
             waiting.expiry = None
         # Progress and logs of the rest of the call ride this round's stream.
-        assert waiting.call is not None
         waiting.call.ctx = call.ctx
         for key, question in waiting.asked.items():
             if key in responses:

@@ -44,10 +44,15 @@ def dumps(config: Config) -> str:
     return tomli_w.dumps(msgspec.to_builtins(config))
 
 
-def save(path: Path, config: Config) -> None:
+def _checked_dump(path: Path, config: Config) -> str:
+    """`config` as TOML, refused (ConfigError) if we would not accept it on reading it back."""
     text = dumps(config)
-    loads(text, source=str(path))  # what we write must be what we would accept
-    write_atomic(path, text)
+    loads(text, source=str(path))
+    return text
+
+
+def save(path: Path, config: Config) -> None:
+    write_atomic(path, _checked_dump(path, config))
 
 
 def save_server(path: Path, config: Config, name: str, server: ServerConfig | None) -> None:
@@ -62,8 +67,7 @@ def save_servers(path: Path, config: Config, names: list[str]) -> None:
     the like, and so do edits not yet applied with `update`. A file that cannot be edited that
     way (missing, unreadable, or broken since it was loaded) is replaced by `config` written whole.
     """
-    whole = dumps(config)
-    loads(whole, source=str(path))  # a change we would not accept is refused before any write
+    whole = _checked_dump(path, config)  # a change we would not accept is refused before any write
     try:
         edited = path.read_text(encoding="utf-8")
         for name in names:

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -102,18 +104,28 @@ async def wait_http(url: str) -> None:
     raise TimeoutError(url)
 
 
-async def main(args: argparse.Namespace) -> None:
+@asynccontextmanager
+async def direct_upstream() -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
+    """The echo upstream serving streamable HTTP on loopback, ready for clients: (process, url)."""
     port = free_port()
-    direct = subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, str(UPSTREAMS / "echo_server.py"), "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    direct_url = f"http://127.0.0.1:{port}/mcp"
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        await wait_http(url)
+        yield process, url
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def main(args: argparse.Namespace) -> None:
     results: dict[str, dict[str, float]] = {}
     cpu: dict[str, dict[str, float]] = {}
-    try:
-        await wait_http(direct_url)
+    async with direct_upstream() as (direct, direct_url):
         with tempfile.TemporaryDirectory() as tmp:
             async with open_stack(Path(tmp), {"echo": echo_server()}) as stack:
                 behind = {role(pid): pid for pid in stack.pids() if pid != stack.process.pid}
@@ -130,9 +142,6 @@ async def main(args: argparse.Namespace) -> None:
                             "p99": percentile(samples, 0.99),
                             "rate": rate,
                         }
-    finally:
-        direct.kill()
-        direct.wait()
 
     print(
         f"\ntools/call of a small upstream tool: {args.calls} sequential calls; "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,8 +22,8 @@ from mcp import Client
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import trio.lowlevel
 
-from tests.bench.bench_latency import wait_http
-from tests.support.stack import UPSTREAMS, echo_server, free_port, open_stack
+from tests.bench.bench_latency import direct_upstream
+from tests.support.stack import echo_server, open_stack
 
 
 async def measure(url: str, tool: str, count: int, mode: str) -> list[float]:
@@ -40,24 +39,14 @@ async def measure(url: str, tool: str, count: int, mode: str) -> list[float]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    port = free_port()
-    direct = subprocess.Popen(
-        [sys.executable, str(UPSTREAMS / "echo_server.py"), "--http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     rows = []
-    try:
-        await wait_http(f"http://127.0.0.1:{port}/mcp")
+    async with direct_upstream() as (_direct, direct_url):
         with tempfile.TemporaryDirectory() as tmp:
             async with open_stack(Path(tmp), {"echo": echo_server()}) as stack:
                 for mode in ("legacy", "auto"):
-                    d = await measure(f"http://127.0.0.1:{port}/mcp", "progress_stamps", args.count, mode)
+                    d = await measure(direct_url, "progress_stamps", args.count, mode)
                     m = await measure(stack.direct_url, "echo:progress_stamps", args.count, mode)
                     rows.append((mode, d, m))
-    finally:
-        direct.kill()
-        direct.wait()
     print(f"\nprogress notification, upstream send -> client receive, {args.count} notifications")
     print(f"{'client':<10} {'direct median':>14} {'mcpvisor median':>16} {'added':>9} {'mcpvisor max':>13}")
     for mode, d, m in rows:
