@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from mcpvisor.frontend.proxy_tool import (
+from mcpvisor.wire.proxy import (
     JSON_MIME_TYPE,
     MAX_LIMIT,
     PROXY_TOOL_NAME,

@@ -14,13 +14,13 @@ from mcpvisor.frontend.builtin_calls import VARIANTS, ToolCaller, call_tool_defi
 from mcpvisor.frontend.gateway import Gateway
 from mcpvisor.frontend.management import UPSTREAM_SERVERS_TOOL, UPSTREAM_TOOL_NAME, UpstreamServers
 from mcpvisor.frontend.proxy_backend import GatewayProxyBackend, serve_proxy
-from mcpvisor.frontend.proxy_tool import PROXY_TOOL, PROXY_TOOL_NAME
 from mcpvisor.frontend.quarantine import QUARANTINE_SECURITY_TOOL, QUARANTINE_TOOL_NAME, QuarantineSecurity
 from mcpvisor.frontend.response_cache import READ_CACHE_TOOL, READ_CACHE_TOOL_NAME, ResponseCache, read_cache
 from mcpvisor.frontend.retrieval import RETRIEVE_TOOL_NAME, retrieve_tool, retrieve_tools
 from mcpvisor.frontend.state_db import open_state_db
 from mcpvisor.frontend.tool_args import ToolInputError, error_result
 from mcpvisor.wire.errors import INVALID_PARAMS
+from mcpvisor.wire.proxy import PROXY_TOOL, PROXY_TOOL_NAME
 
 # The search workflow only makes sense where upstream tools are not listed (seed 003, FR-003).
 SEARCH_WORKFLOW_TOOLS: Final = (RETRIEVE_TOOL_NAME, *VARIANTS)

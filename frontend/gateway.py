@@ -26,10 +26,10 @@ from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.rounds import ROUND_METHODS, ROUND_TTL, Rounds
 from mcpvisor.frontend.router import Router
 from mcpvisor.frontend.search import ToolIndex
-from mcpvisor.frontend.spec import FrontendSpec
 from mcpvisor.frontend.unsieved import KeepUnsieved
-from mcpvisor.supervisor.config import ServerConfig
+from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import INVALID_PARAMS, WireError
+from mcpvisor.wire.frontend_spec import FrontendSpec
 
 log = logging.getLogger(__name__)
 

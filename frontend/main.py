@@ -15,7 +15,6 @@ import zmq
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
-from mcpvisor.frontend import spec as frontend_spec
 from mcpvisor.frontend.app import FrontendApp
 from mcpvisor.frontend.catalog import Catalog
 from mcpvisor.frontend.control import ControlClient
@@ -23,8 +22,8 @@ from mcpvisor.frontend.direct import build_direct_server
 from mcpvisor.frontend.gateway import Gateway
 from mcpvisor.frontend.router import Router
 from mcpvisor.frontend.search_first import build_search_server
-from mcpvisor.supervisor.config import ServerConfig, parse_listen
-from mcpvisor.wire import codec, lifetime, logs
+from mcpvisor.wire import codec, frontend_spec, lifetime, logs
+from mcpvisor.wire.config import parse_listen
 from mcpvisor.wire.messages import ConfigChanged, ProcessEvent, Report
 from mcpvisor.wire.states import ProcessState
 from mcpvisor.wire.zsocket import ZSocket
@@ -51,12 +50,7 @@ async def serve_events(sock: ZSocket, gateway: Gateway, router: Router) -> None:
                 ):
                     router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
                 case ConfigChanged():
-                    try:
-                        servers = msgspec.convert(event.servers, dict[str, ServerConfig])
-                    except msgspec.ValidationError as exc:
-                        log.error("config update not understood: %s", exc)
-                        continue
-                    gateway.apply_config(servers)
+                    gateway.apply_config(event.servers)
 
 
 async def serve_reports(sock: ZSocket) -> None:

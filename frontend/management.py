@@ -23,9 +23,9 @@ from mcpvisor.frontend.tool_args import (
     json_result,
     json_type,
 )
-from mcpvisor.supervisor.config import SERVER_NAME, ServerConfig
-from mcpvisor.supervisor.merge import deep_merge
-from mcpvisor.supervisor.secrets import redact_table
+from mcpvisor.wire.config import SERVER_NAME, ServerConfig
+from mcpvisor.wire.merge import deep_merge
+from mcpvisor.wire.secrets import redact_table
 
 UPSTREAM_TOOL_NAME: Final = "upstream_servers"
 OPERATIONS: Final = ("list", "add", "remove", "update", "patch", "enable", "disable", "restart", "tail_log")

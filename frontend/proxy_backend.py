@@ -18,11 +18,12 @@ from mcpvisor.frontend.activity import ActivityLog, Outcome
 from mcpvisor.frontend.approvals import ToolApprovals
 from mcpvisor.frontend.catalog import ServerView
 from mcpvisor.frontend.gateway import Gateway
-from mcpvisor.frontend.proxy_tool import ProxyError, run_proxy
+from mcpvisor.frontend.proxy_tool import run_proxy
 from mcpvisor.frontend.quarantine import blocked_answer
 from mcpvisor.frontend.tool_args import ToolInputError
 from mcpvisor.frontend.tool_target import find_tool
 from mcpvisor.frontend.unsieved import keep
+from mcpvisor.wire.proxy import ProxyError
 
 
 async def serve_proxy(backend: GatewayProxyBackend, arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.wire import logs
+from mcpvisor.wire.config import ConfigError
 
 DEFAULT_CONFIG = "mcpvisor.toml"
 
@@ -29,7 +30,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     path = _config_path(args.config)
     try:
         config = config_mod.load(path)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
@@ -43,7 +44,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     path = _config_path(args.config)
     try:
         config = config_mod.load(path)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
     print(f"{path}: ok, {len(config.servers)} servers")
@@ -58,7 +59,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     try:
         config = config_mod.load(path) if path.exists() else config_mod.Config()
         new, added, skipped = import_servers(Path(args.source), config, replace=args.replace)
-    except config_mod.ConfigError as exc:
+    except ConfigError as exc:
         print(f"mcpvisor: {exc}", file=sys.stderr)
         return 2
     for line in skipped:

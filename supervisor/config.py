@@ -1,4 +1,4 @@
-"""The TOML configuration: Structs that reject unknown keys, and errors that name the line."""
+"""The TOML configuration file: read into the Structs of wire/config.py, errors that name the line."""
 
 from __future__ import annotations
 
@@ -6,89 +6,14 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
 
 import msgspec
 
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-SECRET_REF = re.compile(r"\$\{(env|file):([^}]+)\}")
+from mcpvisor.wire.config import SERVER_NAME, ConfigError, ServerConfig, Settings, parse_listen
+from mcpvisor.wire.secrets import SECRET_REF
 
 
-class ConfigError(Exception):
-    """A configuration file that cannot be used; the message names the file and, where known, the line."""
-
-
-class _Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
-    pass
-
-
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
-
-
-class Policy(_Strict):
-    """Per-server restart, connection and discovery policy; every field has a default."""
-
-    init_timeout: PositiveSeconds = 30.0
-    discovery_timeout: PositiveSeconds = 30.0
-    poll_interval: PositiveSeconds = 300.0
-    call_timeout: PositiveSeconds | None = None  # falls back to [mcpvisor].call_timeout
-    reconnect_backoff_max: PositiveSeconds = 60.0
-    ping_interval: PositiveSeconds = 10.0  # the worker pings its upstream; no answer in ping_timeout: reconnect
-    ping_timeout: PositiveSeconds = 5.0
-    heartbeat_timeout: PositiveSeconds = 5.0  # a worker silent this long is hung: killed and restarted
-    autorestart: Literal["true", "false", "unexpected"] | bool = True
-    startsecs: Seconds = 1.0
-    startretries: Annotated[int, msgspec.Meta(ge=0)] = 5
-    backoff_max: PositiveSeconds = 300.0
-    stopsignal: Literal["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2"] = "TERM"
-    stopwaitsecs: Seconds = 10.0
-    exitcodes: tuple[int, ...] = (0,)
-    flap_window: PositiveSeconds = 60.0
-    flap_count: Annotated[int, msgspec.Meta(ge=2)] = 10
-    max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 64
-
-
-class ServerConfig(_Strict):
-    """One upstream MCP server: a command (stdio) or a URL (streamable HTTP or SSE)."""
-
-    command: str | None = None
-    args: list[str] = []
-    env: dict[str, str] = {}
-    cwd: str | None = None
-    url: str | None = None
-    transport: Literal["auto", "stdio", "streamable-http", "sse"] = "auto"
-    headers: dict[str, str] = {}
-    enabled: bool = True
-    quarantined: bool = False
-    policy: Policy = msgspec.field(default_factory=Policy)
-
-    @property
-    def kind(self) -> Literal["stdio", "streamable-http", "sse"]:
-        """The transport actually used."""
-        if self.command is not None:
-            return "stdio"
-        if self.transport == "sse" or (self.transport == "auto" and (self.url or "").rstrip("/").endswith("/sse")):
-            return "sse"
-        return "streamable-http"
-
-
-class Settings(_Strict):
-    """The `[mcpvisor]` table."""
-
-    listen: str = "127.0.0.1:8080"
-    enable_direct_endpoint: bool = False
-    direct_tool_names: Literal["colon", "underscore"] = "colon"
-    tools_limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 15
-    tool_response_limit: Annotated[int, msgspec.Meta(ge=0)] = 20000
-    call_timeout: PositiveSeconds = 120.0
-    data_dir: str | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
-    page_size: Annotated[int, msgspec.Meta(ge=1, le=10000)] = 500  # items per page of tools/list and the like
-
-
-class Config(_Strict):
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
     """The whole file."""
 
     mcpvisor: Settings = msgspec.field(default_factory=Settings)
@@ -110,13 +35,6 @@ def data_dir(config: Config, config_path: Path | None = None) -> Path:
             path = config_path.parent / path
         return path
     return default_data_dir()
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or (":" in host and not host.startswith("[")):
-        raise ConfigError(f"listen must be HOST:PORT (IPv6 as [::1]:PORT), got {listen!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def load(path: Path) -> Config:

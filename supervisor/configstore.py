@@ -13,7 +13,8 @@ import tomli_w
 import tomlkit
 import tomlkit.exceptions
 
-from mcpvisor.supervisor.config import Config, ConfigError, ServerConfig, loads
+from mcpvisor.supervisor.config import Config, loads
+from mcpvisor.wire.config import ConfigError, ServerConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ import zmq
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, load_all
 from mcpvisor.wire import codec
+from mcpvisor.wire.config import ConfigError
 from mcpvisor.wire.endpoints import Endpoints, runtime_dir
 from mcpvisor.wire.messages import Command, Reply
 
@@ -33,7 +34,7 @@ def control_endpoint(config_path: Path) -> str:
     try:
         config = config_mod.load(config_path)
         data_dir = config_mod.data_dir(config, config_path.resolve())
-    except config_mod.ConfigError:
+    except ConfigError:
         data_dir = config_mod.default_data_dir()
     return Endpoints.in_dir(runtime_dir(data_dir)).control
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from mcpvisor.supervisor import configstore
-from mcpvisor.supervisor.config import SERVER_NAME, Config, ConfigError, ServerConfig, loads
+from mcpvisor.supervisor.config import Config, loads
+from mcpvisor.wire.config import SERVER_NAME, ConfigError, ServerConfig
 
 # Literal values under these keys are secrets: they are moved out of the config (see below).
 _SECRET_KEY = re.compile(r"token|secret|key|password|credential|authorization", re.I)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import trio
 
-from mcpvisor.supervisor.config import Policy
 from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
 from mcpvisor.wire import lifetime
+from mcpvisor.wire.config import Policy
 from mcpvisor.wire.logs import RotatingFile, pump
 from mcpvisor.wire.states import ProcessState
 

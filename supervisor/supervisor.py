@@ -16,19 +16,18 @@ import msgspec
 import trio
 import zmq
 
-from mcpvisor.frontend import spec as frontend_spec
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, load_all
-from mcpvisor.supervisor.config import Config, ConfigError, Policy, ServerConfig
+from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.process import Launch, Program
 from mcpvisor.supervisor.systemd import Notifier
-from mcpvisor.wire import codec
+from mcpvisor.wire import codec, frontend_spec, worker_spec
+from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
 from mcpvisor.wire.messages import Command, ConfigChanged, ProcessEvent, Reply, Report
 from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
-from mcpvisor.workers import spec as worker_spec
 
 log = logging.getLogger("mcpvisor.supervisor")
 
@@ -163,8 +162,7 @@ class Supervisor:
 
     def publish_config(self) -> None:
         self.config_version += 1
-        servers = {name: msgspec.to_builtins(server) for name, server in self.config.servers.items()}
-        self._publish("config", ConfigChanged(servers=servers, version=self.config_version))
+        self._publish("config", ConfigChanged(servers=dict(self.config.servers), version=self.config_version))
 
     def _update_systemd(self) -> None:
         if not self.notifier.enabled:

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.states import ProcessState, UpstreamState
 
@@ -146,7 +147,7 @@ class Report(_Msg, tag="report"):
 class ConfigChanged(_Msg, tag="config"):
     """Supervisor -> frontend (events): the servers table changed; payload-free, data inline."""
 
-    servers: dict[str, Any]  # server name -> ServerConfig as builtins
+    servers: dict[str, ServerConfig]
     version: int = 0
 
 

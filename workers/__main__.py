@@ -9,8 +9,7 @@ import sys
 
 import trio
 
-from mcpvisor.wire import lifetime, logs
-from mcpvisor.workers import spec as worker_spec
+from mcpvisor.wire import lifetime, logs, worker_spec
 from mcpvisor.workers.upstream import StartupFailed
 from mcpvisor.workers.worker import open_worker
 

@@ -23,11 +23,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from pydantic import TypeAdapter, ValidationError
 
-from mcpvisor.supervisor.config import ServerConfig
-from mcpvisor.supervisor.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire import lifetime
+from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, tail_lines
+from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers.stdio import (
     FORWARDED_NOTIFICATIONS,

@@ -31,8 +31,8 @@ from mcpvisor.wire.messages import (
     SnapshotRequest,
 )
 from mcpvisor.wire.states import UpstreamState
+from mcpvisor.wire.worker_spec import WorkerSpec
 from mcpvisor.wire.zsocket import ZSocket
-from mcpvisor.workers.spec import WorkerSpec
 from mcpvisor.workers.upstream import ClientHooks, StartupFailed, Upstream
 
 log = logging.getLogger(__name__)

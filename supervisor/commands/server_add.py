@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import CommandError, command
-from mcpvisor.supervisor.config import SERVER_NAME
-from mcpvisor.supervisor.secrets import redact_table
+from mcpvisor.wire.config import SERVER_NAME
+from mcpvisor.wire.secrets import redact_table
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, command
 from mcpvisor.supervisor.commands.server_add import redacted
-from mcpvisor.supervisor.merge import deep_merge
+from mcpvisor.wire.merge import deep_merge
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from mcpvisor.wire import codec
+from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.messages import (
     Answer,
@@ -72,7 +73,9 @@ MESSAGES = [
     (codec.events, ProcessEvent(name="github", state=ProcessState.BACKOFF, pid=4121, description="exit 1")),
     (
         codec.events,
-        ConfigChanged(servers={"time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]}}, version=2),
+        ConfigChanged(
+            servers={"time": ServerConfig(command="mcp-server-time", args=["--local-timezone", "UTC"])}, version=2
+        ),
     ),
 ]
 IDS = [type(msg).__name__ for _, msg in MESSAGES]

@@ -9,17 +9,8 @@ import msgspec
 import pytest
 
 from mcpvisor.supervisor import configstore
-from mcpvisor.supervisor.config import (
-    Config,
-    ConfigError,
-    Policy,
-    ServerConfig,
-    Settings,
-    data_dir,
-    load,
-    loads,
-    parse_listen,
-)
+from mcpvisor.supervisor.config import Config, data_dir, load, loads
+from mcpvisor.wire.config import ConfigError, Policy, ServerConfig, Settings, parse_listen
 
 GOOD = """\
 [mcpvisor]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.supervisor.config import Config, ConfigError, load, loads
+from mcpvisor.supervisor.config import Config, load, loads
 from mcpvisor.supervisor.importer import import_servers
+from mcpvisor.wire.config import ConfigError
 
 CLAUDE = {
     "mcpServers": {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from mcpvisor.supervisor.merge import deep_merge
+from mcpvisor.wire.merge import deep_merge
 
 BASE = {
     "command": "npx",

@@ -20,8 +20,9 @@ from mcpvisor.client import (
     tool_result_as_prompt_result,
     tool_result_as_resource_result,
 )
-from mcpvisor.frontend.proxy_tool import PROXY_TOOL, PROXY_TOOL_NAME, ProxyError, run_proxy
+from mcpvisor.frontend.proxy_tool import run_proxy
 from mcpvisor.frontend.unsieved import KeepUnsieved, keep
+from mcpvisor.wire.proxy import PROXY_TOOL, PROXY_TOOL_NAME, ProxyError
 
 
 def tool(name: str) -> dict[str, Any]:

@@ -10,13 +10,8 @@ import pytest
 from mcp_types import methods
 from pydantic import TypeAdapter
 
-from mcpvisor.frontend.proxy_tool import (
-    PROXY_TOOL,
-    ProxyError,
-    objectify_resource,
-    parse_proxy_arguments,
-    run_proxy,
-)
+from mcpvisor.frontend.proxy_tool import objectify_resource, run_proxy
+from mcpvisor.wire.proxy import PROXY_TOOL, ProxyError, parse_proxy_arguments
 
 
 def tool(name: str, description: str = "") -> dict[str, Any]:

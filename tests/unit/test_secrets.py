@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.supervisor.secrets import (
+from mcpvisor.wire.secrets import (
     REDACTED,
     Redactor,
     SecretError,

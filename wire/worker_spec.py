@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mcpvisor.supervisor.config import ServerConfig
+from mcpvisor.wire.config import ServerConfig
 
 ENV_VAR = "MCPVISOR_WORKER"
 

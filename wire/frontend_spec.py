@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mcpvisor.supervisor.config import ServerConfig, Settings
+from mcpvisor.wire.config import ServerConfig, Settings
 
 ENV_VAR = "MCPVISOR_FRONTEND"
 

@@ -7,8 +7,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mcpvisor.supervisor.config import SECRET_REF
-
+SECRET_REF = re.compile(r"\$\{(env|file):([^}]+)\}")
 REDACTED = "***"
 
 # Header names whose values are credentials even when written inline.
