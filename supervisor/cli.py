@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--dry-run", action="store_true", help="print the resulting config instead of writing it")
     imp.set_defaults(func=cmd_import)
 
+    stdio = sub.add_parser(
+        "stdio",
+        help="serve MCP over stdin/stdout, bridged to a running mcpvisor (for Claude Desktop); see `stdio --help`",
+        add_help=False,
+    )
+    stdio.add_argument("rest", nargs=argparse.REMAINDER)
+
     check = sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("-c", "--config", help="TOML config file")
     check.set_defaults(func=cmd_check)
@@ -133,6 +140,9 @@ def main(argv: list[str] | None = None) -> None:
         from mcpvisor.supervisor import ctl
 
         sys.exit(ctl.main(argv[1:], _config_path(None)))
+    if argv and argv[0] == "stdio":
+        # The bridge is a client of mcpvisor, not part of the supervisor: it runs as its own program.
+        os.execv(sys.executable, [sys.executable, "-P", "-m", "mcpvisor.client.stdio_bridge", *argv[1:]])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

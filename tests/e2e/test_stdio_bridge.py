@@ -1,0 +1,231 @@
+"""`mcpvisor stdio`: the SDK's stdio client drives the bridge over pipes, through a whole stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.support.stack import (
+    Stack,
+    echo_server,
+    free_port,
+    open_stack,
+    stop_stack,
+    write_config,
+)
+
+
+def bridge(*args: str) -> StdioServerParameters:
+    """`mcpvisor stdio ARGS` as the stdio client's server command."""
+    return StdioServerParameters(
+        command=sys.executable, args=["-P", "-m", "mcpvisor.supervisor", "stdio", *args], env=dict(os.environ)
+    )
+
+
+class Notices:
+    """The list_changed notifications a client has received."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+        self.tools_changed = trio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ServerNotification):
+            self.methods.append(message.method)
+            if message.method == "notifications/tools/list_changed":
+                self.tools_changed.set()
+
+
+async def restart(stack: Stack) -> None:
+    """Stop the whole stack (supervisor, frontend, workers, upstreams) and start it again on its config."""
+    await stop_stack(stack)
+    with open(stack.data_dir / "supervisor.out", "ab") as out:
+        stack.process = subprocess.Popen(
+            [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(stack.config_path)],
+            stdout=out,
+            stderr=out,
+            env=stack.env,
+            start_new_session=True,
+        )
+    await stack.wait_ready(["echo"])
+
+
+def text_of(result: types.CallToolResult) -> str:
+    assert not result.is_error, result
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def test_a_handshake_client_lists_and_calls_tools_and_keeps_its_session_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Given a stack and a handshake-era client on `mcpvisor stdio URL`, tools list and run; when the whole
+    stack restarts, the client hears tools/list_changed and its next calls reach the new upstream."""
+    async with open_stack(tmp_path, {"echo": echo_server()}) as stack:
+        notices = Notices()
+        async with Client(bridge(stack.direct_url), mode="legacy", message_handler=notices) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"echo:echo", "echo:add", "echo:pid"} <= names
+            assert text_of(await client.call_tool("echo:echo", {"text": "over stdio"})) == "over stdio"
+            result = await client.call_tool("echo:weather", {"city": "Oslo"})
+            assert result.structured_content == {"city": "Oslo", "temperature": 21.5, "conditions": "sunny"}
+            first_pid = int(text_of(await client.call_tool("echo:pid", {})))
+
+            await restart(stack)
+            with trio.fail_after(30):
+                await notices.tools_changed.wait()
+            second_pid = int(text_of(await client.call_tool("echo:pid", {})))
+            assert second_pid != first_pid
+            assert {"echo:echo", "echo:add"} <= {tool.name for tool in (await client.list_tools()).tools}
+            assert text_of(await client.call_tool("echo:add", {"a": 2, "b": 3})) == "5"
+
+
+async def test_a_2026_client_lists_and_calls_tools_before_and_after_a_restart(tmp_path: Path) -> None:
+    """Given a stack and a client that probes server/discover (2026-07-28) through the bridge, when the
+    stack restarts between two calls, the second call still succeeds."""
+    async with open_stack(tmp_path, {"echo": echo_server()}) as stack, Client(bridge(stack.direct_url)) as client:
+        assert client.session.protocol_version == "2026-07-28"
+        assert "echo:echo" in {tool.name for tool in (await client.list_tools()).tools}
+        assert text_of(await client.call_tool("echo:echo", {"text": "modern"})) == "modern"
+        await restart(stack)
+        assert text_of(await client.call_tool("echo:echo", {"text": "again"})) == "again"
+
+
+async def test_serve_starts_mcpvisor_when_none_answers_and_stops_it_on_exit(tmp_path: Path) -> None:
+    """Given a config nobody serves, `mcpvisor stdio --serve -c CONFIG` starts mcpvisor, bridges to it,
+    and stops it when the client goes away."""
+    port = free_port()
+    config = tmp_path / "mcpvisor.toml"
+    write_config(
+        config,
+        {"echo": echo_server()},
+        {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(tmp_path / "data")},
+    )
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir)}
+    env.pop("RUNTIME_DIRECTORY", None)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-P", "-m", "mcpvisor.supervisor", "stdio", "--serve", "-c", str(config), "--path", "/mcp/direct"],
+        env=env,
+    )
+    async with Client(params, mode="legacy") as client:
+        with trio.fail_after(30):
+            while "echo:echo" not in {tool.name for tool in (await client.list_tools()).tools}:
+                await trio.sleep(0.2)
+        assert text_of(await client.call_tool("echo:echo", {"text": "served"})) == "served"
+        supervisors = _supervisors_of(config)
+        assert len(supervisors) == 1
+    with trio.fail_after(30):
+        while any(_alive(pid) for pid in supervisors):
+            await trio.sleep(0.1)
+
+
+def _supervisors_of(config: Path) -> list[int]:
+    """Pids of `mcpvisor serve -c CONFIG` processes, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and str(config).encode() in argv:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_bad_arguments_get_a_clear_error() -> None:
+    """--serve without a config, and a config that is not TOML, are refused with a message and status 2."""
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "mcpvisor.supervisor", "stdio", "--serve"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--serve needs -c CONFIG" in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_config_that_is_not_toml_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "broken.toml"
+    config.write_text("[mcpvisor\nlisten = ")
+    result = subprocess.run(
+        [sys.executable, "-P", "-m", "mcpvisor.supervisor", "stdio", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2
+    assert "is not valid TOML" in result.stderr
+    assert result.stdout == ""
+
+
+async def test_malformed_lines_get_json_rpc_errors_and_the_bridge_goes_on(tmp_path: Path) -> None:
+    """A line that is not JSON gets a parse error on stdout; a following valid request is still answered."""
+    async with open_stack(tmp_path, {"echo": echo_server()}) as stack:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-P", "-m", "mcpvisor.supervisor", "stdio", stack.direct_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert process.stdin is not None and process.stdout is not None
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "pipes", "version": "0"},
+                },
+            }
+            await process.stdin.send_all(b"this is not json\n" + json.dumps(init).encode() + b"\n")
+            lines = _lines(process.stdout)
+            with trio.fail_after(30):
+                first = json.loads(await lines.__anext__())
+                second = json.loads(await lines.__anext__())
+            assert first["error"]["code"] == -32700 and first["id"] is None
+            assert second["id"] == 1 and second["result"]["serverInfo"]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(15):
+                await process.wait()
+
+
+async def _lines(stream: trio.abc.ReceiveStream) -> Any:
+    buffer = b""
+    while True:
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return
+        buffer += chunk
