@@ -58,7 +58,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     path = _config_path(args.config)
     try:
         config = config_mod.load(path) if path.exists() else config_mod.Config()
-        new, added, skipped = import_servers(Path(args.source), config, replace=args.replace)
+        new, added, skipped = import_servers(Path(args.source), config, replace=args.replace, fmt=args.format)
     except ConfigError as exc:
         print(f"mcpvisor: {exc}", file=sys.stderr)
         return 2
@@ -109,12 +109,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser(
         "import",
-        help="add the servers of a Claude Desktop, Cursor or VS Code `mcpServers` JSON file to the config",
-        description="Add the servers of an `mcpServers` JSON file (Claude Desktop's claude_desktop_config.json, "
-        "Cursor's mcp.json, VS Code's .vscode/mcp.json) to the config file. Literal secrets in env and headers are "
-        "not copied: they become ${env:NAME} references.",
+        help="add the servers another MCP client is configured with (Claude Desktop, Claude Code, Cursor, VS Code, "
+        "Codex, Gemini CLI) to the config",
+        description="Add the servers of another MCP client's config file to the config file: the `mcpServers` JSON "
+        "of Claude Desktop (claude_desktop_config.json), Cursor (mcp.json) and VS Code (.vscode/mcp.json), Claude "
+        "Code's ~/.claude.json (its own servers and every project's), the Codex CLI's ~/.codex/config.toml and the "
+        "Gemini CLI's ~/.gemini/settings.json. Literal secrets in env and headers are not copied: they become "
+        "${env:NAME} references.",
     )
-    imp.add_argument("source", help="the JSON file to read")
+    imp.add_argument("source", help="the file to read")
+    imp.add_argument(
+        "--format",
+        choices=["auto", "mcpservers", "claude-code", "codex", "gemini"],
+        default="auto",
+        help="the file's format (default: recognised from the file)",
+    )
     imp.add_argument("-c", "--config", help="the TOML config to add to (created if missing)")
     imp.add_argument("--replace", action="store_true", help="replace servers that already exist under that name")
     imp.add_argument("--dry-run", action="store_true", help="print the resulting config instead of writing it")
