@@ -12,8 +12,10 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from mcpvisor.frontend.boundary import Boundary
 from mcpvisor.frontend.fastpath import FastPath, replay
 from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.wire.trust import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +54,19 @@ async def _send_json(send: Send, status: int, body: object) -> None:
 class FrontendApp:
     """Dispatches requests by path to the MCP endpoints and the health endpoint."""
 
-    def __init__(self, gateway: Gateway, endpoints: dict[str, Server[Any]], host: str, max_body: int) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        endpoints: dict[str, Server[Any]],
+        host: str,
+        max_body: int,
+        *,
+        local_users_only: bool = True,
+    ) -> None:
         self.gateway = gateway
         security = _security(host)
+        # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
+        self.boundary = Boundary(local_users_only=local_users_only and is_loopback(host), max_body=max_body)
         self.fast = FastPath(
             gateway,
             max_body=max_body,
@@ -84,6 +96,9 @@ class FrontendApp:
             return
         if scope["type"] != "http":
             return
+        if (admitted := await self.boundary(scope, receive, send)) is None:
+            return
+        receive = admitted
         path = scope["path"].rstrip("/") or "/"
         if (app := self._apps.get(path)) is not None:
             if path == "/mcp/direct":

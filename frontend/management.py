@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -301,9 +302,24 @@ def _check_table(name: str, table: Mapping[str, Any]) -> None:
         raise ToolInputError(f"Invalid settings for server '{name}': {exc}") from None
     if (config.command is None) == (config.url is None):
         raise ToolInputError(f"Server '{name}' needs exactly one of 'command' (stdio) or 'url' (HTTP)")
-    if config.url is not None and not config.url.startswith(("http://", "https://")):
-        raise ToolInputError(f"Server '{name}': 'url' must start with http:// or https://")
+    if config.url is not None and (problem := _url_problem(config.url)) is not None:
+        raise ToolInputError(f"Server '{name}': 'url' {problem}")
     if config.command is not None and config.transport not in ("auto", "stdio"):
         raise ToolInputError(f"Server '{name}' has a command, so its transport is stdio")
     if config.url is not None and config.transport == "stdio":
         raise ToolInputError(f"Server '{name}' has a url, so its transport cannot be stdio")
+
+def _url_problem(url: str) -> str | None:
+    """What makes `url` unusable as an upstream's address, or None; never repeats the URL (it may hold a secret)."""
+    if not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    if any(char.isspace() or not char.isprintable() for char in url):
+        return "must not contain spaces or control characters (percent-encode them)"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        return "is not a valid URL: its host or port cannot be read (a port is a number up to 65535)"
+    if not parts.hostname:
+        return "has no host: give one, as in https://example.com/mcp"
+    return None

@@ -5,9 +5,12 @@ Holds what is not configuration: the activity log of calls and the hashes of app
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Final
+
+from mcpvisor.wire.logs import private_dirs
 
 STATE_FILE: Final = "state.sqlite"
 
@@ -39,8 +42,10 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
 def open_state_db(data_dir: str) -> sqlite3.Connection:
     """Open (creating and upgrading as needed) the state store; in memory when there is no data dir."""
     if data_dir:
-        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        private_dirs(Path(data_dir))
         location = str(Path(data_dir) / STATE_FILE)
+        # SQLite gives the -wal and -shm files the database's own mode: create it 0600 first.
+        os.close(os.open(location, os.O_RDWR | os.O_CREAT, 0o600))
     else:
         location = ":memory:"
     db = sqlite3.connect(location, isolation_level=None)

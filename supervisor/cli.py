@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
 
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.wire import logs
+from mcpvisor.wire import logs, trust
 from mcpvisor.wire.config import ConfigError
 
 DEFAULT_CONFIG = "mcpvisor.toml"
@@ -25,6 +26,7 @@ def _config_path(value: str | None) -> Path:
 def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
+    from mcpvisor.supervisor import configstore
     from mcpvisor.supervisor.supervisor import serve
 
     path = _config_path(args.config)
@@ -33,9 +35,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
+    if (problem := trust.exposure_problem(config.mcpvisor)) is not None:
+        print(f"mcpvisor: config error: {path}: {problem}", file=sys.stderr)
+        return 2
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
     log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
+    if (warning := trust.exposure_warning(config.mcpvisor)) is not None:
+        logging.getLogger("mcpvisor.supervisor").warning("%s", warning)
+    configstore.remove_stale_temp(path)
     trio.run(serve, config, path)
     return 0
 
@@ -46,6 +54,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         config = config_mod.load(path)
     except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+        return 2
+    if (problem := trust.exposure_problem(config.mcpvisor)) is not None:
+        print(f"mcpvisor: config error: {path}: {problem}", file=sys.stderr)
         return 2
     print(f"{path}: ok, {len(config.servers)} servers")
     return 0

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +20,36 @@ from mcpvisor.wire.config import ConfigError, ServerConfig
 log = logging.getLogger(__name__)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that readers see the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
+def temp_path(path: Path) -> Path:
+    """Where a new version of `path` is written before it is renamed over it."""
+    return path.with_name(f".{path.name}.tmp")
+
+
+def remove_stale_temp(path: Path) -> None:
+    """Remove the temp file a write killed half-way left behind (it may hold secrets)."""
+    tmp = temp_path(path)
     try:
-        with open(tmp, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
+        tmp.unlink()
+    except FileNotFoundError:
+        return
+    log.info("removed %s, left by a write that did not finish", tmp)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that readers see the old file or the new one, never half.
+
+    The new file and the `.bak` of the old one get the old file's mode (0600 for a new file), so
+    a run-time change never opens a private config to other users.
+    """
+    tmp = temp_path(path)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o600
+    try:
+        _write_new(tmp, text.encode("utf-8"), mode)
         if path.exists():
-            shutil.copy2(path, path.with_name(f"{path.name}.bak"))
+            _write_new(path.with_name(f"{path.name}.bak"), path.read_bytes(), mode)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -38,6 +59,18 @@ def write_atomic(path: Path, text: str) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def _write_new(path: Path, data: bytes, mode: int) -> None:
+    """Create `path` afresh with `data` and `mode`; readable by its owner alone until it is complete."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fchmod(fd, mode)
+        os.fsync(fd)
 
 
 def dumps(config: Config) -> str:

@@ -86,6 +86,8 @@ class Settings(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
     page_size: Annotated[int, msgspec.Meta(ge=1, le=10000)] = 500  # items per page of tools/list and the like
+    # A listen address other hosts can reach needs authentication; true starts without it (with a warning).
+    allow_unauthenticated_network: bool = False
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

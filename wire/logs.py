@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import trio
 
@@ -72,8 +74,8 @@ class RotatingFile:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - held open for the process's life
+        private_dirs(path.parent)
+        self._file = _open_private(path)
         self._size = self._file.tell()
 
     def write(self, data: bytes) -> None:
@@ -88,11 +90,29 @@ class RotatingFile:
             source = self.path.with_name(f"{self.path.name}.{index - 1}") if index > 1 else self.path
             if source.exists():
                 os.replace(source, self.path.with_name(f"{self.path.name}.{index}"))
-        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self._file = _open_private(self.path)
         self._size = 0
 
     def close(self) -> None:
         self._file.close()
+
+
+def _open_private(path: Path) -> BinaryIO:
+    """Open a log file for appending; one it creates is 0600 (log lines may name what a client asked)."""
+    return open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
+
+
+def private_dirs(path: Path) -> None:
+    """Create `path` and each missing parent with mode 0700; directories that exist are left as they are."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
 
 
 class RotatingHandler(logging.Handler):

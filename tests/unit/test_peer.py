@@ -1,0 +1,196 @@
+"""Who is connecting (the kernel's socket table), who may, and which bodies pass the request boundary."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.frontend.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
+from mcpvisor.frontend.peer import PeerUnknown, peer_uid
+from mcpvisor.frontend.state_db import open_state_db
+from mcpvisor.supervisor import configstore
+from mcpvisor.wire import logs
+from mcpvisor.wire.config import Settings
+from mcpvisor.wire.trust import exposure_problem, exposure_warning, is_loopback, local_users_only
+
+linux_only = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net/tcp")
+
+
+@linux_only
+@pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
+def test_a_loopback_connection_is_traced_to_the_user_who_opened_it(family: int, host: str) -> None:
+    if family == socket.AF_INET6 and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    with socket.socket(family) as listener:
+        try:
+            listener.bind((host, 0))
+        except OSError:
+            pytest.skip(f"cannot bind {host} here")
+        listener.listen()
+        with socket.socket(family) as client:
+            client.connect(listener.getsockname()[:2])
+            accepted, _ = listener.accept()
+            with accepted:
+                # As the server sees it: the peer is the client, the local end is ours.
+                assert peer_uid(accepted.getpeername()[:2], accepted.getsockname()[:2]) == os.getuid()
+
+
+@linux_only
+def test_an_ipv4_client_of_a_dual_stack_listener_is_found_under_its_ipv4_address() -> None:
+    with socket.socket(socket.AF_INET6) as listener:
+        try:
+            listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            listener.bind(("::", 0))
+        except OSError:
+            pytest.skip("no dual-stack sockets here")
+        listener.listen()
+        with socket.socket(socket.AF_INET) as client:
+            client.connect(("127.0.0.1", listener.getsockname()[1]))
+            accepted, _ = listener.accept()
+            with accepted:
+                peer, ours = accepted.getpeername()[:2], accepted.getsockname()[:2]
+                assert peer[0] == "::ffff:127.0.0.1"
+                assert peer_uid(peer, ours) == os.getuid()
+
+
+def _row(local: str, remote: str, uid: int) -> str:
+    return f"   0: {local} {remote} 01 00000000:00000000 00:00000000 00000000 {uid:5d}        0 12345 1\n"
+
+
+def _hex4(ip: str, port: int) -> str:
+    return f"{int.from_bytes(socket.inet_aton(ip), sys.byteorder):08X}:{port:04X}"
+
+
+def test_the_row_is_the_clients_end_not_the_servers(tmp_path: Path) -> None:
+    table = tmp_path / "tcp"
+    header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    client, server = ("127.0.0.1", 40000), ("127.0.0.1", 8080)
+    table.write_text(
+        header
+        + _row(_hex4(*server), _hex4(*client), 0)  # the server's end of the same connection
+        + _row(_hex4(*client), _hex4(*server), 65534)
+    )
+    assert peer_uid(client, server, (table,)) == 65534
+
+
+def test_unknown_connections_and_missing_tables_fail_closed(tmp_path: Path) -> None:
+    table = tmp_path / "tcp"
+    table.write_text("  sl  local_address rem_address\n")
+    with pytest.raises(PeerUnknown, match="not in the kernel's socket table"):
+        peer_uid(("127.0.0.1", 1), ("127.0.0.1", 2), (table,))
+    with pytest.raises(PeerUnknown, match="cannot be read"):
+        peer_uid(("127.0.0.1", 1), ("127.0.0.1", 2), (tmp_path / "missing" / "tcp",))
+    with pytest.raises(PeerUnknown, match="not IP addresses"):
+        peer_uid(("unix-socket", 1), ("127.0.0.1", 2), (table,))
+
+
+@pytest.mark.parametrize(
+    "host,loopback",
+    [("127.0.0.1", True), ("127.0.0.5", True), ("localhost", True), ("::1", True), ("[::1]", True),
+     ("0.0.0.0", False), ("::", False), ("192.0.2.10", False), ("example.org", False)],
+)  # fmt: skip
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_a_network_listen_address_needs_authentication_or_an_explicit_opt_out() -> None:
+    local = Settings(listen="127.0.0.1:8080")
+    assert exposure_problem(local) is None and exposure_warning(local) is None
+    assert local_users_only(local)
+    exposed = Settings(listen="0.0.0.0:8080")
+    problem = exposure_problem(exposed)
+    assert problem is not None and "allow_unauthenticated_network" in problem and "\n" not in problem
+    assert not local_users_only(exposed)
+    opted_out = Settings(listen="0.0.0.0:8080", allow_unauthenticated_network=True)
+    assert exposure_problem(opted_out) is None
+    warning = exposure_warning(opted_out)
+    assert warning is not None and "allow_unauthenticated_network" in warning
+
+
+@pytest.mark.parametrize(
+    "body,code,words",
+    [
+        (b"", PARSE_ERROR, "empty"),
+        (b"  \n", PARSE_ERROR, "empty"),
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\xff\xfe"}}', PARSE_ERROR, "UTF-8"),
+        (rb'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\ud800"}}', PARSE_ERROR, "Parse error"),
+        (rb'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\udc00"}}', PARSE_ERROR, "surrogate"),
+        (rb'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"\ud800":1}}', PARSE_ERROR, "Parse error"),
+        (b'{"a":' + b"[" * 999 + b"]" * 999 + b"}", INVALID_REQUEST, "nested deeper"),
+        (b"[" * 5000 + b"]" * 5000, INVALID_REQUEST, "nested deeper"),
+        (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), INVALID_REQUEST, "nested deeper"),
+        (b"{not json", PARSE_ERROR, "Parse error"),
+    ],
+)
+def test_bodies_no_endpoint_should_see_are_named(body: bytes, code: int, words: str) -> None:
+    problem = check_json(body)
+    assert problem is not None
+    assert problem[0] == code
+    assert words in problem[1]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        rb'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","arguments":{"t":"\ud83d\ude00 ok"}}}',
+        "{\"t\": \"caf\u00e9 \u4e2d\u6587\"}".encode(),
+        b"[" * MAX_DEPTH + b"]" * MAX_DEPTH,
+        b"[" + b"[1]," * 500 + b"[2]]",  # many brackets, shallow
+        rb'{"t": "\\ud800 is only text here"}',
+    ],
+)
+def test_ordinary_bodies_pass(body: bytes) -> None:
+    assert check_json(body) is None
+
+
+def test_a_runtime_config_write_keeps_the_files_mode_and_its_bak_too(tmp_path: Path) -> None:
+    config = tmp_path / "mcpvisor.toml"
+    config.write_text('[servers.a]\ncommand = "x"\n')
+    config.chmod(0o600)
+    (tmp_path / "mcpvisor.toml.bak").write_text("old\n")
+    (tmp_path / "mcpvisor.toml.bak").chmod(0o644)
+    configstore.write_atomic(config, '[servers.a]\ncommand = "y"\n')
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "mcpvisor.toml.bak").stat().st_mode) == 0o600
+    assert (tmp_path / "mcpvisor.toml.bak").read_text() == '[servers.a]\ncommand = "x"\n'
+    config.chmod(0o640)
+    configstore.write_atomic(config, '[servers.a]\ncommand = "z"\n')
+    assert stat.S_IMODE(config.stat().st_mode) == 0o640
+    fresh = tmp_path / "new.toml"
+    configstore.write_atomic(fresh, "")
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
+
+
+def test_a_temp_file_left_by_a_killed_write_is_removed(tmp_path: Path) -> None:
+    config = tmp_path / "mcpvisor.toml"
+    configstore.temp_path(config).write_text('headers = { Authorization = "Bearer half-written" }\n')
+    configstore.remove_stale_temp(config)
+    assert not configstore.temp_path(config).exists()
+    configstore.remove_stale_temp(config)  # nothing left: nothing to do
+
+
+def test_log_files_and_the_directories_made_for_them_are_private(tmp_path: Path) -> None:
+    sink = logs.RotatingFile(tmp_path / "data" / "logs" / "x.log", max_bytes=10)
+    sink.write(b"0123456789\n")
+    sink.write(b"more\n")  # rotates: the new file is created too
+    sink.close()
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "data" / "logs").stat().st_mode) == 0o700
+    for name in ("x.log", "x.log.1"):
+        assert stat.S_IMODE((tmp_path / "data" / "logs" / name).stat().st_mode) == 0o600
+
+
+def test_the_state_store_and_its_wal_files_are_private(tmp_path: Path) -> None:
+    db = open_state_db(str(tmp_path / "data"))
+    try:
+        db.execute("INSERT INTO calls VALUES (1, 0, 's', 't', 'read', NULL, 'ok', 1.0)")
+        assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+        for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm"):
+            assert stat.S_IMODE((tmp_path / "data" / name).stat().st_mode) == 0o600, name
+    finally:
+        db.close()
