@@ -1,21 +1,42 @@
-"""BM25 search over the aggregated tool catalog, the index behind `retrieve_tools`.
+"""Search over the aggregated tool catalog, the index behind `retrieve_tools`.
 
-Pure and I/O-free: the frontend feeds it each server's tool definitions (MCP wire dicts) and asks
-it for the best matches of a free-text query.
+Two rankings are fused: BM25 over the words of each tool definition (exact on names and rare
+words) and the cosine similarity of text embeddings from a small static model shipped in a package
+(`semantic.py`), which connects "umbrella" to a weather tool. When the model cannot be loaded the
+index is BM25 alone, and says so in `status`.
+
+Pure apart from the optional vector cache file: the frontend feeds it each server's tool
+definitions (MCP wire dicts) and asks it for the best matches of a free-text query.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["RELATED_TERMS", "SearchHit", "ToolIndex", "split_identifier", "stem", "tokenize"]
+from mcpvisor.frontend.semantic import (
+    CACHE_FILE_NAME,
+    Embedder,
+    ModelUnavailable,
+    VectorCache,
+    load_embedder,
+    text_key,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["RELATED_TERMS", "SearchHit", "ToolIndex", "embedding_text", "split_identifier", "stem", "tokenize"]
+
+log = logging.getLogger(__name__)
 
 # k1 = 1.2 is the usual BM25 default: repeating a word a second or third time still helps, but
 # a description that says "file" ten times does not beat one that says it twice by much.
@@ -37,6 +58,21 @@ PARAMETER_WEIGHT = 1
 # this share of the score it would get for the word itself: the query author chose a word,
 # the exact match is more likely to be what they meant.
 RELATED_WEIGHT = 0.5
+
+# Hybrid ranking: a convex combination of the two scores, each scaled to [0, 1] over the whole
+# index for the query at hand (cosine by min-max, BM25 by its maximum, its natural minimum being
+# 0), as analysed by Bruch et al., "An Analysis of Fusion Functions for Hybrid Retrieval" (2023).
+# Unlike reciprocal rank fusion it keeps how far ahead a tool is, so a tool that BM25 alone finds
+# (a rare word in its name) still comes first, while a weak BM25 ranking of a paraphrased query
+# does not drag the semantic one down. The weight was chosen on the mcpproxy-eval golden set and
+# half of the LiveMCPTool evaluation queries (see tests/bench/retrieval_eval.py).
+SEMANTIC_WEIGHT = 0.8
+# How many characters of a description are embedded: long manuals say what the tool does first.
+EMBEDDED_DESCRIPTION_CHARS = 2000
+# Vectors of tools not in the index (a server restarting, a catalog loaded from the cache file
+# whose servers are not up yet) kept for reuse, at 1 KiB each: enough for a large catalog, bounded
+# so that servers removed for good stop costing memory and space.
+CACHE_SPARE_VECTORS = 16_384
 
 _STOP_WORD_TEXT = """
     a about above after again all also am an and any are as at be because been before being
@@ -263,11 +299,89 @@ def _weighted_terms(server: str, tool: Mapping[str, Any]) -> Counter[str]:
     return terms
 
 
-class ToolIndex:
-    """A BM25 index of tools grouped by server, updated one server at a time."""
+def embedding_text(server: str, name: str, tool: Mapping[str, Any]) -> str:
+    """The text whose embedding stands for a tool: server and name as words, title, description."""
+    parts = [" ".join(split_identifier(server)), " ".join(split_identifier(name))]
+    annotations = tool.get("annotations")
+    titles = [_text(tool.get("title"))]
+    if isinstance(annotations, Mapping):
+        titles.append(_text(annotations.get("title")))
+    parts.extend(title for title in dict.fromkeys(titles) if title)
+    parts.append(_text(tool.get("description"))[:EMBEDDED_DESCRIPTION_CHARS])
+    return ". ".join(part for part in parts if part)
 
-    def __init__(self, *, expand_related: bool = True) -> None:
-        self._expand_related = expand_related
+
+_embedders: dict[Path | None, Embedder | ModelUnavailable] = {}
+
+
+def _shared_embedder(model_dir: Path | None) -> Embedder:
+    """Load the model once per process and folder; a failure is remembered too."""
+    if model_dir not in _embedders:
+        try:
+            _embedders[model_dir] = load_embedder(model_dir)
+        except ModelUnavailable as error:
+            _embedders[model_dir] = error
+    loaded = _embedders[model_dir]
+    if isinstance(loaded, ModelUnavailable):
+        raise loaded
+    return loaded
+
+
+class _Vectors:
+    """Tool vectors in the rows of one matrix, rows reused as tools come and go."""
+
+    def __init__(self, dimension: int) -> None:
+        import numpy as np
+
+        self.matrix = np.zeros((64, dimension), dtype=np.float32)
+        self.valid = np.zeros(64, dtype=bool)
+        self.doc_of_row: list[int] = []
+        self.row_of_doc: dict[int, int] = {}
+        self._free: list[int] = []
+
+    def add(self, doc_id: int, vector: np.ndarray) -> int:
+        import numpy as np
+
+        if self._free:
+            row = self._free.pop()
+            self.doc_of_row[row] = doc_id
+        else:
+            row = len(self.doc_of_row)
+            if row == len(self.matrix):
+                self.matrix = np.concatenate((self.matrix, np.zeros_like(self.matrix)))
+                self.valid = np.concatenate((self.valid, np.zeros_like(self.valid)))
+            self.doc_of_row.append(doc_id)
+        self.matrix[row] = vector
+        self.valid[row] = True
+        self.row_of_doc[doc_id] = row
+        return row
+
+    def remove(self, doc_id: int) -> None:
+        row = self.row_of_doc.pop(doc_id)
+        self.matrix[row] = 0.0
+        self.valid[row] = False
+        self.doc_of_row[row] = -1
+        self._free.append(row)
+
+
+class ToolIndex:
+    """A hybrid (BM25 + embedding) index of tools grouped by server, updated one server at a time.
+
+    `semantic=False`, or a model that cannot be loaded, leaves BM25 alone. `cache_dir`, when
+    given, holds a file of tool vectors so a restart does not embed every tool again.
+    `expand_related` makes BM25 count the words of `RELATED_TERMS` at a discount; by default it
+    does so only when search is BM25 alone: the embeddings connect such words themselves, and
+    on queries the list was not written from it adds nothing to hybrid search.
+    """
+
+    def __init__(
+        self,
+        *,
+        expand_related: bool | None = None,
+        semantic: bool = True,
+        model_dir: Path | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
         self._next_id = 0
         self._names: dict[int, tuple[str, str]] = {}
         self._keys: dict[int, str] = {}
@@ -277,29 +391,79 @@ class ToolIndex:
         self._postings: dict[str, dict[int, int]] = {}
         self._total_length = 0
 
+        self._embedder: Embedder | None = None
+        self._status = "lexical (semantic search switched off)"
+        self._vectors: _Vectors | None = None
+        self._text_keys: dict[int, bytes] = {}
+        self._server_rows: dict[str, np.ndarray] = {}
+        self._cache: VectorCache | None = None
+        self._spare: dict[bytes, np.ndarray] = {}
+        self._embedded = 0
+        if semantic:
+            try:
+                self._embedder = _shared_embedder(model_dir)
+            except ModelUnavailable as error:
+                self._status = f"lexical ({error})"
+                log.warning("tool search falls back to BM25 alone: %s", error)
+        self._expand_related = self._embedder is None if expand_related is None else expand_related
+        if self._embedder is not None:
+            self._status = "hybrid"
+            self._vectors = _Vectors(self._embedder.dimension)
+            if cache_dir is not None:
+                self._cache = VectorCache(
+                    cache_dir / CACHE_FILE_NAME, self._embedder.fingerprint, self._embedder.dimension
+                )
+                for key, vector in self._cache.load().items():
+                    self._keep_spare(key, vector)
+
     def __len__(self) -> int:
         return len(self._names)
+
+    @property
+    def embedded_tools(self) -> int:
+        """How many tool texts this index has run through the model (vectors reused do not count)."""
+        return self._embedded
+
+    @property
+    def status(self) -> str:
+        """Say how search works: "hybrid", or "lexical (why)" when it is BM25 alone."""
+        return self._status
 
     def set_server_tools(self, server: str, tools: Iterable[Mapping[str, Any]]) -> None:
         """Replace every tool of `server` with `tools` (MCP tool definitions in wire form).
 
         Entries without a string name are skipped; of two tools with the same name, the later
-        wins, as a client calling that name could reach only one of them.
+        wins, as a client calling that name could reach only one of them. In hybrid mode a tool
+        whose text is unchanged keeps its vector; only new or changed tools are embedded.
         """
-        self.remove_server(server)
         by_name: dict[str, Mapping[str, Any]] = {}
         for tool in tools:
             name = tool.get("name") if isinstance(tool, Mapping) else None
             if isinstance(name, str) and name:
                 by_name[name] = tool
+        self.remove_server(server)
+        vectors, embedded = self._vectors_for(server, by_name) if self._embedder is not None else ({}, 0)
         ids = []
         for name, tool in by_name.items():
-            ids.append(self._add(server, name, _weighted_terms(server, tool)))
+            doc_id = self._add(server, name, _weighted_terms(server, tool))
+            ids.append(doc_id)
+            if name in vectors:
+                key, vector = vectors[name]
+                self._text_keys[doc_id] = key
+                assert self._vectors is not None
+                self._vectors.add(doc_id, vector)
         if ids:
             self._by_server[server] = ids
+            if self._vectors is not None:
+                import numpy as np
+
+                self._server_rows[server] = np.array([self._vectors.row_of_doc[i] for i in ids], dtype=np.int64)
+        if embedded:
+            self._save_cache()
 
     def remove_server(self, server: str) -> None:
         """Drop every tool of `server`; unknown servers are ignored."""
+        self._server_rows.pop(server, None)
         for doc_id in self._by_server.pop(server, ()):
             for term in self._terms.pop(doc_id):
                 posting = self._postings[term]
@@ -309,6 +473,12 @@ class ToolIndex:
             self._total_length -= self._lengths.pop(doc_id)
             del self._names[doc_id]
             del self._keys[doc_id]
+            if self._vectors is not None:
+                # Kept aside so a server that comes back (a restart) needs no new embedding.
+                self._keep_spare(
+                    self._text_keys.pop(doc_id), self._vectors.matrix[self._vectors.row_of_doc[doc_id]].copy()
+                )
+                self._vectors.remove(doc_id)
 
     def servers(self) -> list[str]:
         """Return the names of the servers that have tools in the index, sorted."""
@@ -317,28 +487,120 @@ class ToolIndex:
     def search(self, query: str, limit: int, *, servers: Collection[str] | None = None) -> list[SearchHit]:
         """Return up to `limit` tools best matching `query`, best first.
 
-        `servers`, when given, keeps only tools of those servers. Term statistics are those of
-        the whole index, so a tool's score does not depend on the filter. Ties are broken by
-        `server:tool` name, so equal input gives equal output.
+        `servers`, when given, keeps only tools of those servers. Scores are computed over the
+        whole index, so a tool's score does not depend on the filter. Ties are broken by
+        `server:tool` name, so equal input gives equal output. A query without a single word that
+        is not a stop word finds nothing. In hybrid mode every tool has a score, so up to `limit`
+        tools are returned whenever the query has a word; the score is in [0, 1].
         """
         query_terms = Counter(tokenize(query))
+        if not query_terms or limit <= 0 or not self._names:
+            return []
+        if self._embedder is not None:
+            return self._hybrid_search(query, query_terms, limit, servers)
         # With no terms in the whole index (every tool named like "x"), nothing can match.
-        if not query_terms or limit <= 0 or not self._total_length:
+        if not self._total_length:
             return []
         allowed: set[int] | None = None
         if servers is not None:
             allowed = {doc_id for server in servers for doc_id in self._by_server.get(server, ())}
             if not allowed:
                 return []
-
-        scores: dict[int, float] = {}
-        for term, count in query_terms.items():
-            for doc_id, score in self._term_scores(term, query_terms, allowed).items():
-                scores[doc_id] = scores.get(doc_id, 0.0) + count * score
-
+        scores = self._bm25_scores(query_terms, allowed)
         keys = self._keys
         best = heapq.nsmallest(limit, scores.items(), key=lambda item: (-item[1], keys[item[0]]))
         return [SearchHit(*self._names[doc_id], score) for doc_id, score in best]
+
+    def _hybrid_search(
+        self, query: str, query_terms: Counter[str], limit: int, servers: Collection[str] | None
+    ) -> list[SearchHit]:
+        import numpy as np
+
+        assert self._embedder is not None and self._vectors is not None
+        vectors = self._vectors
+        if servers is not None:
+            selected = [self._server_rows[server] for server in set(servers) if server in self._server_rows]
+            if not selected:
+                return []
+            candidates = np.concatenate(selected)
+        else:
+            candidates = np.flatnonzero(vectors.valid)
+
+        used = len(vectors.doc_of_row)
+        query_vector = self._embedder.embed([query])[0]
+        # In float64 so that the scaled scores stay within [0, 1] exactly.
+        similarity = (vectors.matrix[:used] @ query_vector).astype(np.float64)
+        valid = vectors.valid[:used]
+        low = float(similarity[valid].min())
+        high = float(similarity[valid].max())
+        fused = np.zeros(used, dtype=np.float64)
+        if high > low:
+            fused += SEMANTIC_WEIGHT * (similarity - low) / (high - low)
+        lexical = self._bm25_scores(query_terms, None) if self._total_length else {}
+        if lexical:
+            top = max(lexical.values())
+            rows = np.fromiter((vectors.row_of_doc[doc_id] for doc_id in lexical), dtype=np.int64, count=len(lexical))
+            fused[rows] += (1.0 - SEMANTIC_WEIGHT) / top * np.fromiter(lexical.values(), dtype=np.float64)
+
+        scores = fused[candidates]
+        if len(candidates) > limit:
+            # Everything scoring at least the limit-th best, so ties at the edge are ordered by name.
+            threshold = np.partition(scores, len(scores) - limit)[len(scores) - limit]
+            keep = scores >= threshold
+            candidates, scores = candidates[keep], scores[keep]
+        keys = self._keys
+        ranked = sorted(
+            (
+                (float(score), vectors.doc_of_row[row])
+                for row, score in zip(candidates.tolist(), scores.tolist(), strict=True)
+            ),
+            key=lambda item: (-item[0], keys[item[1]]),
+        )
+        return [SearchHit(*self._names[doc_id], score) for score, doc_id in ranked[:limit]]
+
+    def _vectors_for(
+        self, server: str, tools: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[dict[str, tuple[bytes, np.ndarray]], int]:
+        """Return each tool's text key and vector, and how many texts had to be embedded.
+
+        A text seen before (a tool the server had, a restart's cache) reuses its vector.
+        """
+        assert self._embedder is not None
+        found: dict[str, tuple[bytes, np.ndarray]] = {}
+        missing: list[tuple[str, bytes, str]] = []
+        fingerprint = self._embedder.fingerprint
+        for name, tool in tools.items():
+            text = embedding_text(server, name, tool)
+            key = text_key(fingerprint, text)
+            vector = self._spare.pop(key, None)
+            if vector is not None:
+                found[name] = (key, vector)
+            else:
+                missing.append((name, key, text))
+        if missing:
+            embedded = self._embedder.embed([text for _, _, text in missing])
+            self._embedded += len(missing)
+            for (name, key, _), vector in zip(missing, embedded, strict=True):
+                found[name] = (key, vector)
+        return found, len(missing)
+
+    def _keep_spare(self, key: bytes, vector: np.ndarray) -> None:
+        self._spare.pop(key, None)
+        self._spare[key] = vector
+        while len(self._spare) > CACHE_SPARE_VECTORS:
+            del self._spare[next(iter(self._spare))]
+
+    def _save_cache(self) -> None:
+        """Write the vectors of every indexed tool, and the spares, to the cache file."""
+        if self._cache is None or self._vectors is None:
+            return
+        matrix, row_of_doc = self._vectors.matrix, self._vectors.row_of_doc
+        entries = dict(self._spare)
+        entries.update((key, matrix[row_of_doc[doc_id]]) for doc_id, key in self._text_keys.items())
+        try:
+            self._cache.save(entries)
+        except OSError as error:
+            log.warning("cannot write the tool vector cache %s: %s", self._cache.path, error)
 
     def _add(self, server: str, name: str, terms: Counter[str]) -> int:
         doc_id = self._next_id
@@ -352,6 +614,13 @@ class ToolIndex:
         for term, frequency in terms.items():
             self._postings.setdefault(term, {})[doc_id] = frequency
         return doc_id
+
+    def _bm25_scores(self, query_terms: Mapping[str, int], allowed: set[int] | None) -> dict[int, float]:
+        scores: dict[int, float] = {}
+        for term, count in query_terms.items():
+            for doc_id, score in self._term_scores(term, query_terms, allowed).items():
+                scores[doc_id] = scores.get(doc_id, 0.0) + count * score
+        return scores
 
     def _term_scores(self, term: str, query_terms: Mapping[str, int], allowed: set[int] | None) -> dict[int, float]:
         """Score every document for one query term, counting related words at a discount."""

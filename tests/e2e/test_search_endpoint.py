@@ -110,7 +110,9 @@ async def check_search(client: Client) -> None:
     servers = {tool["server"] for tool in everything}
     assert servers == {"alpha", "time"}, "the quarantined server's tools must not be found"
     assert len(await search(client, "echo text file time weather add integers", limit=2)) == 2
-    assert await search(client, "zebra xylophone") == []
+    # Ranked by meaning too: a query sharing no word with the tool finds it; one with no word at all, nothing.
+    assert (await search(client, "will it rain in Paris tomorrow"))[0]["name"] == "alpha:weather"
+    assert await search(client, "the of and") == []
 
 
 async def check_call_variants(client: Client, scratch: Path) -> None:

@@ -1,8 +1,16 @@
-"""The search index behind `retrieve_tools`: tokenizing, ranking, incremental updates, filtering."""
+"""The search index behind `retrieve_tools`: tokenizing, BM25 ranking, hybrid ranking, updates, filtering.
+
+The BM25 tests build lexical indexes (`semantic=False`), the behaviour the frontend falls back to
+when the embedding model cannot be loaded; the hybrid tests use the model shipped in the
+`wordllama` package.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
+import stat
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,12 +18,21 @@ import pytest
 from mcpvisor.frontend.search import (
     K1,
     NAME_WEIGHT,
+    SEMANTIC_WEIGHT,
     B,
     SearchHit,
     ToolIndex,
+    embedding_text,
     split_identifier,
     stem,
     tokenize,
+)
+from mcpvisor.frontend.semantic import (
+    CACHE_FILE_NAME,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    default_model_dir,
+    load_embedder,
 )
 
 
@@ -58,7 +75,7 @@ TIME = [
 
 def catalog_index(**servers: list[dict[str, Any]]) -> ToolIndex:
     """Index each keyword's tools under that server name, with "_" written as "-"."""
-    index = ToolIndex()
+    index = ToolIndex(semantic=False)
     for server, tools in servers.items():
         index.set_server_tools(server.replace("_", "-"), tools)
     return index
@@ -234,7 +251,7 @@ def test_the_query_word_itself_outranks_a_related_word() -> None:
 
 
 def test_related_words_can_be_switched_off() -> None:
-    index = ToolIndex(expand_related=False)
+    index = ToolIndex(semantic=False, expand_related=False)
     index.set_server_tools("fs", FILESYSTEM)
 
     assert index.search("remove folder", 5) == []
@@ -255,7 +272,7 @@ def test_a_blank_or_stop_word_query_finds_nothing(query: str) -> None:
 
 
 def test_an_empty_index_finds_nothing() -> None:
-    index = ToolIndex()
+    index = ToolIndex(semantic=False)
 
     assert len(index) == 0
     assert index.search("file", 10) == []
@@ -347,7 +364,7 @@ def test_an_empty_tool_list_removes_the_server() -> None:
     ],
 )
 def test_scores_after_add_replace_remove_equal_those_of_a_fresh_index(query: str) -> None:
-    updated = ToolIndex()
+    updated = ToolIndex(semantic=False)
     updated.set_server_tools("github", GITHUB)
     updated.set_server_tools("filesystem", FILESYSTEM)
     updated.set_server_tools("slack", SLACK)
@@ -357,7 +374,7 @@ def test_scores_after_add_replace_remove_equal_those_of_a_fresh_index(query: str
     updated.set_server_tools("filesystem", FILESYSTEM[:2])
     updated.set_server_tools("filesystem", FILESYSTEM)
 
-    fresh = ToolIndex()
+    fresh = ToolIndex(semantic=False)
     fresh.set_server_tools("time", TIME)
     fresh.set_server_tools("filesystem", FILESYSTEM)
     fresh.set_server_tools("github", [tool("create_gist", "Share a snippet as a gist"), *GITHUB[1:]])
@@ -369,7 +386,7 @@ def test_scores_after_add_replace_remove_equal_those_of_a_fresh_index(query: str
 
 
 def test_entries_without_a_name_are_skipped_and_a_repeated_name_keeps_the_last() -> None:
-    index = ToolIndex()
+    index = ToolIndex(semantic=False)
     index.set_server_tools(
         "odd",
         [
@@ -411,3 +428,255 @@ def test_servers_filter_with_no_known_server_finds_nothing() -> None:
 
     assert index.search("list", 10, servers=[]) == []
     assert index.search("list", 10, servers=["quarantined-and-gone"]) == []
+
+
+# --- Hybrid ranking (the model shipped in the wordllama package) ---------------------------------
+
+WEATHER = [
+    tool("get_forecast", "Get the weather forecast for a city: temperature, precipitation and wind", city="City")
+]
+MONEY = [tool("exchange_rate", "Convert an amount between two currencies at today's rate", base="Code", target="Code")]
+CATALOG = {"github": GITHUB, "filesystem": FILESYSTEM, "slack": SLACK, "time": TIME, "weather": WEATHER, "money": MONEY}
+
+
+def hybrid_index(catalog: dict[str, list[dict[str, Any]]] = CATALOG, **options: Any) -> ToolIndex:
+    index = ToolIndex(**options)
+    assert index.status == "hybrid", index.status
+    for server, tools in catalog.items():
+        index.set_server_tools(server, tools)
+    return index
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("will I need an umbrella tomorrow", "weather:get_forecast"),
+        ("is it going to be sunny this weekend", "weather:get_forecast"),
+        ("how many yen is one dollar", "money:exchange_rate"),
+    ],
+)
+def test_hybrid_finds_a_tool_by_meaning_when_no_word_is_shared(query: str, expected: str) -> None:
+    lexical = ToolIndex(semantic=False)
+    for server, tools in CATALOG.items():
+        lexical.set_server_tools(server, tools)
+
+    assert lexical.search(query, 5) == []
+    assert ids(hybrid_index().search(query, 5))[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("open a ticket with labels and assignees", "github:create_issue"),
+        ("remove a folder", "filesystem:delete_directory"),
+        ("post a note to a channel", "slack:send_message"),
+        ("translate a time from one timezone to another", "time:convert_time"),
+        ("show the text inside a document", "filesystem:read_text_file"),
+        ("merge PRs", "github:merge_pull_request"),
+        ("merge_pull_request", "github:merge_pull_request"),
+    ],
+)
+def test_hybrid_ranks_the_right_tool_among_the_first_two(query: str, expected: str) -> None:
+    assert expected in ids(hybrid_index().search(query, 2))
+
+
+def test_hybrid_score_is_the_weighted_sum_of_scaled_cosine_and_scaled_bm25() -> None:
+    query = "delete the folder with everything in it"
+    index = hybrid_index()
+    lexical = ToolIndex(semantic=False, expand_related=False)
+    for server, tools in CATALOG.items():
+        lexical.set_server_tools(server, tools)
+    bm25 = {(hit.server, hit.tool): hit.score for hit in lexical.search(query, 100)}
+    embedder = load_embedder()
+    entries = [(server, t["name"], t) for server, tools in CATALOG.items() for t in tools]
+    vectors = embedder.embed([embedding_text(server, name, t) for server, name, t in entries])
+    cosine = vectors @ embedder.embed([query])[0]
+    low, high = cosine.min(), cosine.max()
+    expected = {
+        (server, name): SEMANTIC_WEIGHT * (cos - low) / (high - low)
+        + (1 - SEMANTIC_WEIGHT) * bm25.get((server, name), 0.0) / max(bm25.values())
+        for (server, name, _), cos in zip(entries, cosine.tolist(), strict=True)
+    }
+
+    hits = index.search(query, 100)
+
+    assert len(hits) == len(entries)
+    for hit in hits:
+        assert hit.score == pytest.approx(expected[(hit.server, hit.tool)], abs=1e-6)
+    assert [hit.score for hit in hits] == pytest.approx(sorted(expected.values(), reverse=True), abs=1e-6)
+    assert 0.0 <= hits[-1].score <= hits[0].score <= 1.0
+
+
+def test_hybrid_fills_the_limit_but_a_query_without_words_finds_nothing() -> None:
+    index = hybrid_index()
+
+    assert len(index.search("xyzzy plugh", 4)) == 4
+    assert index.search("the of and", 4) == []
+    assert index.search("  ", 4) == []
+    assert index.search("weather", 0) == []
+
+
+def test_hybrid_uses_no_related_terms_unless_asked() -> None:
+    catalog = {"store": [tool("remove_item", "Drops one item"), tool("delete_item", "Drops one item")]}
+    lexical_part = dict(semantic=False)
+
+    plain = ToolIndex(expand_related=False, **lexical_part)
+    related = ToolIndex(**lexical_part)
+    for index in (plain, related):
+        index.set_server_tools("store", catalog["store"])
+
+    # The default follows the mode: related terms for BM25 alone, none beside the embeddings.
+    assert ids(related.search("erase", 5)) == ["store:delete_item", "store:remove_item"]
+    assert plain.search("erase", 5) == []
+    assert hybrid_index(catalog).search("erase", 5) == hybrid_index(catalog, expand_related=False).search("erase", 5)
+
+
+def test_hybrid_filter_keeps_scores_and_only_the_named_servers() -> None:
+    index = hybrid_index()
+    everything = {(hit.server, hit.tool): hit.score for hit in index.search("list things", len(index))}
+
+    hits = index.search("list things", 100, servers=["slack", "github", "not-there"])
+
+    assert {hit.server for hit in hits} == {"slack", "github"}
+    assert len(hits) == len(SLACK) + len(GITHUB)
+    for hit in hits:
+        assert hit.score == everything[(hit.server, hit.tool)]
+    assert index.search("list things", 5, servers=["not-there"]) == []
+    assert index.search("list things", 5, servers=[]) == []
+
+
+def test_hybrid_embeds_only_new_or_changed_tools() -> None:
+    index = hybrid_index()
+    assert index.embedded_tools == sum(len(tools) for tools in CATALOG.values())
+    before = index.embedded_tools
+
+    index.set_server_tools("time", TIME)
+    assert index.embedded_tools == before
+
+    changed = [TIME[0], tool("convert_time", "Convert a moment between time zones", source_timezone="From")]
+    index.set_server_tools("time", changed)
+    assert index.embedded_tools == before + 1
+
+    # A server that goes away and comes back with the same tools (a restart) is not embedded again.
+    index.remove_server("weather")
+    assert [hit for hit in index.search("umbrella", 100) if hit.server == "weather"] == []
+    index.set_server_tools("weather", WEATHER)
+    assert index.embedded_tools == before + 1
+    assert ids(index.search("will I need an umbrella tomorrow", 1)) == ["weather:get_forecast"]
+
+
+@pytest.mark.parametrize("query", ["list the directory", "create an issue in a repository", "gist snippet", "rain"])
+def test_hybrid_results_after_add_replace_remove_match_a_fresh_index(query: str) -> None:
+    gist = [tool("create_gist", "Share a snippet as a gist"), *GITHUB[1:]]
+    updated = hybrid_index({"github": GITHUB, "filesystem": FILESYSTEM, "slack": SLACK, "weather": WEATHER})
+    updated.set_server_tools("github", gist)
+    updated.set_server_tools("time", TIME)
+    updated.remove_server("slack")
+    updated.set_server_tools("filesystem", FILESYSTEM[:2])
+    updated.set_server_tools("filesystem", FILESYSTEM)
+    updated.remove_server("weather")
+
+    fresh = hybrid_index({"time": TIME, "filesystem": FILESYSTEM, "github": gist})
+
+    expected = fresh.search(query, 20)
+    hits = updated.search(query, 20)
+    assert len(updated) == len(fresh) == len(expected)
+    assert [(hit.server, hit.tool) for hit in hits] == [(hit.server, hit.tool) for hit in expected]
+    assert [hit.score for hit in hits] == pytest.approx([hit.score for hit in expected], abs=1e-6)
+
+
+# --- Falling back to BM25 alone -----------------------------------------------------------------
+
+
+def lexical_results(query: str) -> list[SearchHit]:
+    index = ToolIndex(semantic=False)
+    for server, tools in CATALOG.items():
+        index.set_server_tools(server, tools)
+    return index.search(query, 10)
+
+
+def test_a_missing_model_leaves_bm25_alone_and_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.search"):
+        index = ToolIndex(model_dir=tmp_path)
+    for server, tools in CATALOG.items():
+        index.set_server_tools(server, tools)
+
+    assert index.status.startswith("lexical (model file ")
+    assert "not found" in index.status
+    assert any("falls back to BM25" in record.getMessage() for record in caplog.records)
+    for query in ("remove a folder", "will I need an umbrella tomorrow", "merge PRs"):
+        assert index.search(query, 10) == lexical_results(query)
+    assert index.embedded_tools == 0
+
+
+def test_unreadable_model_files_leave_bm25_alone(tmp_path: Path) -> None:
+    source = default_model_dir()
+    assert source is not None
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "tokenizers").mkdir()
+    (tmp_path / WEIGHTS_FILE).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not json")
+    (tmp_path / TOKENIZER_FILE).write_bytes((source / TOKENIZER_FILE).read_bytes())
+
+    index = ToolIndex(model_dir=tmp_path)
+    index.set_server_tools("filesystem", FILESYSTEM)
+
+    assert index.status.startswith("lexical (cannot read model weights ")
+    assert ids(index.search("remove a folder", 1)) == ["filesystem:delete_directory"]
+
+
+def test_semantic_can_be_switched_off() -> None:
+    index = ToolIndex(semantic=False)
+
+    assert index.status == "lexical (semantic search switched off)"
+
+
+# --- The vector cache file ----------------------------------------------------------------------
+
+
+def test_a_restart_with_the_cache_dir_embeds_nothing_again(tmp_path: Path) -> None:
+    first = hybrid_index(cache_dir=tmp_path)
+    cache = tmp_path / CACHE_FILE_NAME
+
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600
+    second = hybrid_index(cache_dir=tmp_path)
+
+    assert second.embedded_tools == 0
+    for query in ("will I need an umbrella tomorrow", "remove a folder", "gist"):
+        assert second.search(query, 20) == first.search(query, 20)
+    second.set_server_tools("money", [*MONEY, tool("list_currencies", "Every currency code with its name")])
+    assert second.embedded_tools == 1
+
+
+def test_the_cache_file_is_rewritten_owner_only_even_if_it_was_readable_by_others(tmp_path: Path) -> None:
+    hybrid_index({"time": TIME}, cache_dir=tmp_path)
+    cache = tmp_path / CACHE_FILE_NAME
+    cache.chmod(0o644)
+
+    index = hybrid_index({"time": TIME}, cache_dir=tmp_path)
+    index.set_server_tools("weather", WEATHER)
+
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600
+    assert hybrid_index({"time": TIME, "weather": WEATHER}, cache_dir=tmp_path).embedded_tools == 0
+
+
+def test_a_corrupt_cache_file_is_ignored_and_replaced(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cache = tmp_path / CACHE_FILE_NAME
+    cache.write_bytes(b"PK\x03\x04 this is not a zip archive")
+
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.semantic"):
+        index = hybrid_index({"weather": WEATHER}, cache_dir=tmp_path)
+
+    assert index.embedded_tools == 1
+    assert any("ignoring the tool vector cache" in record.getMessage() for record in caplog.records)
+    assert hybrid_index({"weather": WEATHER}, cache_dir=tmp_path).embedded_tools == 0
+
+
+def test_an_unwritable_cache_dir_does_not_break_search(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.search"):
+        index = hybrid_index({"weather": WEATHER}, cache_dir=blocked)
+
+    assert ids(index.search("umbrella tomorrow", 1)) == ["weather:get_forecast"]
+    assert any("cannot write the tool vector cache" in record.getMessage() for record in caplog.records)
