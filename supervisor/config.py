@@ -9,7 +9,15 @@ from pathlib import Path
 
 import msgspec
 
-from mcpvisor.wire.config import SERVER_NAME, ConfigError, ServerConfig, Settings, parse_listen
+from mcpvisor.wire.config import (
+    REGISTRY_ID,
+    SERVER_NAME,
+    ConfigError,
+    RegistryConfig,
+    ServerConfig,
+    Settings,
+    parse_listen,
+)
 from mcpvisor.wire.secrets import SECRET_REF
 
 
@@ -18,6 +26,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
 
     mcpvisor: Settings = msgspec.field(default_factory=Settings)
     servers: dict[str, ServerConfig] = {}
+    registries: dict[str, RegistryConfig] = {}
 
 
 def default_data_dir() -> Path:
@@ -87,6 +96,20 @@ def _check(config: Config, text: str, source: str) -> None:
                 for kind, ref in SECRET_REF.findall(value):
                     if kind == "env" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ref):
                         raise ConfigError(f"{where}: server {name!r}: {key}: bad variable name in ${{env:{ref}}}")
+    for rid, registry in config.registries.items():
+        _check_registry(rid, registry, f"{source}:{_line_of(text, ['registries', rid]) or '?'}")
+
+
+def _check_registry(rid: str, registry: RegistryConfig, where: str) -> None:
+    if not REGISTRY_ID.match(rid):
+        raise ConfigError(f"{where}: registry id {rid!r} must be 1-64 letters, digits, '_' or '-'")
+    if not registry.url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: registry {rid!r}: url must start with http:// or https://")
+    if registry.token is not None and not SECRET_REF.fullmatch(registry.token):
+        raise ConfigError(
+            f"{where}: registry {rid!r}: token must be a secret reference, ${{env:NAME}} or ${{file:PATH}},"
+            " never the token itself"
+        )
 
 
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `([^`]+)`(?: - at `\$(.*)`)?")
@@ -94,18 +117,19 @@ _AT_PATH = re.compile(r" - at `\$(.*)`$")
 
 
 def _locate(raw: dict, message: str) -> str:
-    """msgspec writes dict keys as `[...]`: find the server (and the key within it) that failed."""
-    if "$.servers[...]" not in message or not isinstance(raw.get("servers"), dict):
+    """msgspec writes dict keys as `[...]`: find the server or registry (and the key within it) that failed."""
+    table, struct = ("registries", RegistryConfig) if "$.registries[...]" in message else ("servers", ServerConfig)
+    if f"$.{table}[...]" not in message or not isinstance(raw.get(table), dict):
         return message
-    for name, value in raw["servers"].items():
+    for name, value in raw[table].items():
         try:
-            msgspec.convert(value, ServerConfig)
+            msgspec.convert(value, struct)
         except msgspec.ValidationError as exc:
             inner = str(exc)
             inner = (
-                inner.replace("`$", f"`$.servers['{name}']", 1)
+                inner.replace("`$", f"`$.{table}['{name}']", 1)
                 if " - at `$" in inner
-                else f"{inner} - at `$.servers['{name}']`"
+                else f"{inner} - at `$.{table}['{name}']`"
             )
             if "[...]" in inner and isinstance(value, dict):
                 for table in ("env", "headers"):

@@ -88,6 +88,25 @@ class Settings(_Strict):
     page_size: Annotated[int, msgspec.Meta(ge=1, le=10000)] = 500  # items per page of tools/list and the like
     # A listen address other hosts can reach needs authentication; true starts without it (with a warning).
     allow_unauthenticated_network: bool = False
+    # code_execution (MCPProxy's setting names): off unless enabled; limits of one run.
+    enable_code_execution: bool = False
+    code_execution_timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 120000
+    code_execution_max_tool_calls: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: unlimited
+    code_execution_max_parallel: Annotated[int, msgspec.Meta(ge=1, le=32)] = 8  # call_tools' default
+    # A registry whose host resolves to a loopback, private or link-local address is refused unless true.
+    allow_private_registry_fetch: bool = False
+
+
+REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class RegistryConfig(_Strict):
+    """One `[registries.ID]` table: a server registry speaking the official MCP Registry API (v0.1)."""
+
+    name: str
+    url: str  # the registry's base URL; `/v0.1/servers` is appended
+    protocol: Literal["modelcontextprotocol/registry"] = "modelcontextprotocol/registry"
+    token: str | None = None  # a secret reference only: ${env:NAME} or ${file:PATH}
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

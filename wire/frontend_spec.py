@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mcpvisor.wire.config import ServerConfig, Settings
+from mcpvisor.wire.config import RegistryConfig, ServerConfig, Settings
 
 ENV_VAR = "MCPVISOR_FRONTEND"
 
@@ -17,6 +17,7 @@ class FrontendSpec(msgspec.Struct, kw_only=True, frozen=True):
     events_endpoint: str
     config_path: str = ""
     data_dir: str = ""
+    registries: dict[str, RegistryConfig] = {}
 
 
 def encode(spec: FrontendSpec) -> str:
