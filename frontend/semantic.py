@@ -167,7 +167,7 @@ class VectorCache:
                 vectors = stored["vectors"]
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:
             log.warning("ignoring the tool vector cache %s: %s", self.path, error)
             return {}
         if fingerprint != self._fingerprint:
