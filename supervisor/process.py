@@ -1,7 +1,9 @@
 """One supervised process: spawn, watch, stop, restart, with supervisord's states.
 
 Every state change goes through `Program._set_state`, the one place that records it and emits
-the event, as supervisord's `change_state` does.
+the event, as supervisord's `change_state` does. The loop does no I/O of its own: processes come
+from a `Spawner` and are watched through the `ChildProcess` it returns, and every delay is a trio
+timer, so tests drive the real loop with trio's mock clock.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
@@ -34,6 +37,39 @@ class Launch:
     log_path: Path
 
 
+class ChildProcess(Protocol):
+    """What the lifecycle loop needs of a running process (`lifetime.Child` is one)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def output(self) -> trio.abc.ReceiveStream | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal_to_group(self, signum: int) -> bool: ...
+
+
+class Spawner(Protocol):
+    """Starts a process for a `Launch`; raises OSError when it cannot."""
+
+    async def spawn(self, launch: Launch) -> ChildProcess: ...
+
+
+class ExecSpawner:
+    """Fork/exec each process from the supervisor, as a child that dies with it."""
+
+    async def spawn(self, launch: Launch) -> ChildProcess:
+        env = {**launch.env, "MCPVISOR_PARENT_PID": str(os.getpid())}
+        child = lifetime.spawn(launch.argv, env=env, capture_output=True)
+        await trio.lowlevel.checkpoint()
+        return child
+
+
 class Program:
     """A process the supervisor keeps running according to its policy."""
 
@@ -45,13 +81,15 @@ class Program:
         on_state: Callable[[Program], None],
         *,
         needs_report: bool = False,
+        spawner: Spawner | None = None,
     ) -> None:
         self.name = name
         self.launch = launch
         self.policy = policy
         self._on_state = on_state
+        self._spawner = spawner or ExecSpawner()
         self.state = ProcessState.STOPPED
-        self.process: lifetime.Child | None = None
+        self.process: ChildProcess | None = None
         self.started_at = 0.0
         self.stopped_at = 0.0
         self.exit_code: int | None = None
@@ -175,6 +213,7 @@ class Program:
         return False
 
     async def _run_once(self) -> None:
+        self._wake = trio.Event()  # the poke that brought us here is acted upon now
         self.spawn_error = ""
         self._set_state(ProcessState.STARTING)
         self.ready = trio.Event()
@@ -201,14 +240,12 @@ class Program:
         else:
             await self._after_early_exit()
 
-    async def _spawn(self) -> lifetime.Child:
-        self.launch.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**self.launch.env, "MCPVISOR_PARENT_PID": str(os.getpid())}
-        child = lifetime.spawn(self.launch.argv, env=env, capture_output=True)
-        assert child.output is not None and self._pumps is not None
-        # The pump ends by itself when the child and everything that inherited its output exit.
-        self._pumps.start_soon(pump, child.output, self._log)
-        await trio.lowlevel.checkpoint()
+    async def _spawn(self) -> ChildProcess:
+        child = await self._spawner.spawn(self.launch)
+        assert self._pumps is not None
+        if child.output is not None:
+            # The pump ends by itself when the child and everything that inherited its output exit.
+            self._pumps.start_soon(pump, child.output, self._log)
         return child
 
     async def _watch(self, *, up_at: float | None) -> str:

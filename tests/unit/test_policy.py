@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import datetime
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
 from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
+from mcpvisor.supervisor.process import Launch, Program
+from mcpvisor.wire.config import Policy
+from mcpvisor.wire.states import ProcessState
 
 
 def test_backoff_doubles_from_one_second() -> None:
@@ -106,59 +113,345 @@ def test_uptime_matches_pythons_timedelta_as_supervisord_prints_it(seconds: int)
     assert format_uptime(seconds) == str(datetime.timedelta(seconds=seconds))
 
 
-# -- a restart loop on trio's mock clock --------------------------------------------------------
+# -- the real restart loop on trio's mock clock ---------------------------------------------------
+#
+# `Program` does its I/O through a spawner; these children live on the mock clock, so the real loop
+# runs minutes of backoff in milliseconds. A child exits `runs_for` seconds after it starts with
+# `exit_code`, and on a signal exits at once unless the signal is in `ignores`.
 
 
-async def crash_loop(*, runs_for: float, startsecs: float, startretries: int, cap: float) -> list[tuple[str, float]]:
-    """A process that exits `runs_for` seconds after each start, restarted the way supervisord does."""
-    events: list[tuple[str, float]] = []
-    retries = 0
-    while True:
-        events.append(("start", trio.current_time()))
-        await trio.sleep(runs_for)
-        if runs_for >= startsecs:
-            retries = 0  # it got past startsecs: the next failure starts the count again
-        else:
-            retries += 1
-            if retries > startretries:
-                events.append(("fatal", trio.current_time()))
-                return events
-        await trio.sleep(backoff_delay(retries, cap))
+class ScriptedChild:
+    def __init__(self, pid: int, runs_for: float, exit_code: int, ignores: frozenset[int], log: list) -> None:
+        self.pid = pid
+        self.output = None
+        self._exit_code = exit_code
+        self._ignores = ignores
+        self._log = log
+        self._returncode: int | None = None
+        self._exited = trio.Event()
+        self._deadline = trio.current_time() + runs_for
+
+    @property
+    def returncode(self) -> int | None:
+        if self._returncode is None and trio.current_time() >= self._deadline:
+            self._exit(self._exit_code)
+        return self._returncode
+
+    def _exit(self, code: int) -> None:
+        if self._returncode is None:
+            self._returncode = code
+            self._exited.set()
+
+    async def wait(self) -> int:
+        with trio.move_on_at(self._deadline):
+            await self._exited.wait()
+        self._exit(self._exit_code)
+        assert self._returncode is not None
+        return self._returncode
+
+    def send_signal_to_group(self, signum: int) -> bool:
+        if self.returncode is not None:
+            return False
+        self._log.append(("signal", signal.Signals(signum).name, trio.current_time()))
+        if signum not in self._ignores:
+            self._exit(-signum)
+        return True
 
 
-async def test_a_process_that_never_starts_backs_off_then_goes_fatal(autojump_clock: trio.testing.MockClock) -> None:
-    events = await crash_loop(runs_for=0.5, startsecs=1, startretries=8, cap=60)
+@dataclass
+class ScriptedSpawner:
+    """Each spawn takes the next (runs_for, exit_code) from `script`; the last one repeats."""
 
-    starts = [at for kind, at in events if kind == "start"]
+    script: list[tuple[float, int]]
+    ignores: frozenset[int] = frozenset()
+    fail_with: OSError | None = None
+    log: list[tuple[str, object, float]] = field(default_factory=list)
+    children: list[ScriptedChild] = field(default_factory=list)
+
+    async def spawn(self, launch: Launch) -> ScriptedChild:
+        await trio.lowlevel.checkpoint()
+        self.log.append(("start", len(self.children), trio.current_time()))
+        if self.fail_with is not None:
+            raise self.fail_with
+        runs_for, code = self.script[min(len(self.children), len(self.script) - 1)]
+        child = ScriptedChild(1000 + len(self.children), runs_for, code, self.ignores, self.log)
+        self.children.append(child)
+        return child
+
+    def starts(self) -> list[float]:
+        return [at for kind, _, at in self.log if kind == "start"]
+
+
+@dataclass
+class Scenario:
+    program: Program
+    spawner: ScriptedSpawner
+    states: list[tuple[ProcessState, float, str]]
+
+    def entered(self, state: ProcessState) -> list[float]:
+        return [at for s, at, _ in self.states if s is state]
+
+    def described(self, state: ProcessState) -> list[str]:
+        return [description for s, _, description in self.states if s is state]
+
+
+async def run_program(
+    tmp_path: Path,
+    spawner: ScriptedSpawner,
+    drive: Callable[[Scenario], object],
+    *,
+    needs_report: bool = False,
+    **policy: object,
+) -> Scenario:
+    """Start a real Program with `spawner`, let `drive(scenario)` act on it, then retire it."""
+    states: list[tuple[ProcessState, float, str]] = []
+    launch = Launch(["unused"], {}, tmp_path / "program.log")
+    program = Program(
+        "p",
+        launch,
+        Policy(**policy),  # type: ignore[arg-type]
+        lambda p: states.append((p.state, trio.current_time(), p.description())),
+        needs_report=needs_report,
+        spawner=spawner,
+    )
+    scenario = Scenario(program, spawner, states)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(program.serve)
+        await drive(scenario)  # type: ignore[misc]
+        program.retire()
+    return scenario
+
+
+def deduplicated(states: list[tuple[ProcessState, float, str]]) -> list[ProcessState]:
+    shown: list[ProcessState] = []
+    for state, _, _ in states:
+        if not shown or shown[-1] is not state:
+            shown.append(state)
+    return shown
+
+
+async def test_a_process_that_never_starts_backs_off_then_goes_fatal(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(0.5, 1)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled(timeout=1000)
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, startretries=8, backoff_max=60)
+
     # Exits 0.5 s after each start, then waits 1, 2, 4, 8, 16, 32, 60, 60 seconds.
-    assert starts == [0, 1.5, 4, 8.5, 17, 33.5, 66, 126.5, 187]
-    assert events[-1] == ("fatal", 187.5)
+    assert spawner.starts() == [0, 1.5, 4, 8.5, 17, 33.5, 66, 126.5, 187]
+    assert s.program.state is ProcessState.FATAL
+    assert s.entered(ProcessState.FATAL) == [187.5]
+    assert s.program.description() == "Exited too quickly (process log may have details)"
+    assert ProcessState.RUNNING not in deduplicated(s.states)
+
+
+async def test_running_past_startsecs_resets_the_retry_count(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    # Two quick failures, one good run of 30 s, then quick failures until FATAL.
+    spawner = ScriptedSpawner([(0.5, 1), (0.5, 1), (30, 1), (0.5, 1)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        while s.program.state is not ProcessState.FATAL:
+            await trio.sleep(0.5)
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, startretries=2, backoff_max=60)
+
+    # 0 fails, 1.5 fails, 4 runs until 34 (RUNNING at 5, EXITED at 34, restarted at once);
+    # from then on the count starts again: 34, 35.5, 38, then FATAL at 38.5.
+    assert spawner.starts() == [0, 1.5, 4, 34, 35.5, 38]
+    assert s.entered(ProcessState.RUNNING) == [5]
+    assert s.entered(ProcessState.EXITED) == [34]
+    assert s.entered(ProcessState.FATAL) == [38.5]
+
+
+async def test_an_explicit_start_leaves_fatal_with_a_fresh_count(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(0.5, 1)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled(timeout=1000)
+        assert s.program.state is ProcessState.FATAL
+        await trio.sleep(100)
+        assert len(spawner.starts()) == 2  # FATAL stays put
+        s.program.start()
+        await s.program.wait_settled(timeout=1000)
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, startretries=1, backoff_max=60)
+
+    assert spawner.starts() == [0, 1.5, 102, 103.5]
+    assert s.entered(ProcessState.FATAL) == [2, 104]
 
 
 async def test_crashing_every_ten_seconds_is_flapping_within_a_minute(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
-    flap = FlapDetector(window=60, count=5)
-    exits: list[float] = []
-    while True:
-        await trio.sleep(10)  # runs for 10 s, well past startsecs, then crashes
-        exits.append(trio.current_time())
-        if flap.record_exit(trio.current_time()):
-            break
-        await trio.sleep(backoff_delay(1, cap=300))
+    spawner = ScriptedSpawner([(10, 1)])
 
-    assert exits == [10, 21, 32, 43, 54]
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        while not s.entered(ProcessState.BACKOFF):
+            await trio.sleep(1)
+        await trio.sleep(5)
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, flap_window=60, flap_count=5, backoff_max=300)
+
+    # Past startsecs each time, so restarted at once, until the fifth exit within 60 s.
+    assert s.entered(ProcessState.EXITED) == [10, 20, 30, 40, 50]
+    assert s.entered(ProcessState.BACKOFF) == [50]
+    assert s.described(ProcessState.BACKOFF) == ["flapping: 5 exits within 60s"]
+    assert spawner.starts() == [0, 10, 20, 30, 40, 51]
 
 
-async def test_crashing_every_twenty_seconds_never_fills_the_window(autojump_clock: trio.testing.MockClock) -> None:
-    flap = FlapDetector(window=60, count=5)
-    restarts = 0
-    with trio.move_on_after(30 * 60):  # half an hour of simulated time
-        while True:
-            await trio.sleep(20)
-            assert not flap.record_exit(trio.current_time()), f"flapping at {trio.current_time()}"
-            restarts += 1
-            await trio.sleep(backoff_delay(1, cap=300))
+async def test_crashing_every_twenty_seconds_never_fills_the_window(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(20, 1)])
 
-    assert trio.current_time() == 30 * 60
-    assert restarts == 85  # exits at 20, 41, 62, ..., 1784
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await trio.sleep(30 * 60)  # half an hour of simulated time
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, flap_window=60, flap_count=5)
+
+    assert not s.entered(ProcessState.BACKOFF)
+    assert len(s.entered(ProcessState.EXITED)) == 89  # exits at 20, 40, ..., 1780
+
+
+@pytest.mark.parametrize(
+    ("autorestart", "exit_code", "restarted"),
+    [(True, 0, True), ("false", 1, False), ("unexpected", 0, False), ("unexpected", 3, True)],
+)
+async def test_autorestart_decides_after_an_exit_from_running(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, autorestart: bool | str, exit_code: int, restarted: bool
+) -> None:
+    spawner = ScriptedSpawner([(5, exit_code)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await trio.sleep(7)
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, autorestart=autorestart, exitcodes=(0,))
+
+    assert s.entered(ProcessState.EXITED)[0] == 5
+    assert spawner.starts() == ([0, 5] if restarted else [0])
+    if not restarted:
+        assert s.program.state is ProcessState.EXITED
+        assert s.program.description() == f"exit status {exit_code}"
+
+
+async def test_stop_sends_the_stopsignal_then_kill_after_stopwaitsecs(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(10_000, 0)], ignores=frozenset({signal.SIGINT}))
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled()
+        await trio.sleep(10)
+        s.program.stop()
+        await s.program.wait_stopped()
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, stopsignal="INT", stopwaitsecs=7)
+
+    signals = [(name, at) for kind, name, at in spawner.log if kind == "signal"]
+    assert signals == [("SIGINT", 11), ("SIGKILL", 18)]
+    assert deduplicated(s.states) == [
+        ProcessState.STARTING,
+        ProcessState.RUNNING,
+        ProcessState.STOPPING,
+        ProcessState.STOPPED,
+    ]
+    assert s.program.exit_code == -signal.SIGKILL
+    assert spawner.starts() == [0]  # a requested stop is not restarted
+
+
+async def test_a_process_that_honours_the_stopsignal_is_not_killed(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(10_000, 0)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled()
+        s.program.stop()
+        await s.program.wait_stopped()
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1)
+
+    assert [name for kind, name, _ in spawner.log if kind == "signal"] == ["SIGTERM"]
+    assert s.program.exit_code == -signal.SIGTERM
+    assert s.program.state is ProcessState.STOPPED
+
+
+async def test_running_is_earned_by_a_report_not_by_startsecs(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(10_000, 0)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await trio.sleep(30)
+        assert s.program.state is ProcessState.STARTING
+        s.program.ready.set()
+        await s.program.wait_settled()
+
+    s = await run_program(tmp_path, spawner, drive, needs_report=True, startsecs=1)
+
+    assert s.entered(ProcessState.RUNNING) == [30]
+    assert s.described(ProcessState.RUNNING)[0].startswith("pid 1000, uptime ")
+
+
+async def test_a_hung_process_is_killed_and_restarted(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(10_000, 0)], ignores=frozenset({signal.SIGTERM}))
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await trio.sleep(20)
+        s.program.kill_hung()
+        await trio.sleep(5)
+        assert s.program.state is ProcessState.RUNNING
+        assert [name for kind, name, _ in spawner.log if kind == "signal"] == ["SIGKILL"]
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1)
+
+    assert s.entered(ProcessState.EXITED) == [20]
+    assert s.described(ProcessState.EXITED) == ["exit status -9"]
+    assert spawner.starts() == [0, 20]
+
+
+async def test_a_spawn_error_backs_off_and_names_the_cause(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(1, 0)], fail_with=FileNotFoundError(2, "No such file or directory"))
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled(timeout=1000)
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, startretries=2, backoff_max=60)
+
+    assert spawner.starts() == [0, 1, 3]
+    assert s.program.state is ProcessState.FATAL
+    assert s.program.description() == "spawn error: No such file or directory"
+
+
+async def test_retiring_stops_the_process_it_runs(autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    spawner = ScriptedSpawner([(10_000, 0)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled()
+
+    await run_program(tmp_path, spawner, drive, startsecs=1)
+
+    assert spawner.children[0].returncode == -signal.SIGTERM
