@@ -138,7 +138,7 @@ def test_bodies_no_endpoint_should_see_are_named(body: bytes, code: int, words: 
     "body",
     [
         rb'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","arguments":{"t":"\ud83d\ude00 ok"}}}',
-        "{\"t\": \"caf\u00e9 \u4e2d\u6587\"}".encode(),
+        '{"t": "caf\u00e9 \u4e2d\u6587"}'.encode(),
         b"[" * MAX_DEPTH + b"]" * MAX_DEPTH,
         b"[" + b"[1]," * 500 + b"[2]]",  # many brackets, shallow
         rb'{"t": "\\ud800 is only text here"}',
