@@ -20,11 +20,12 @@ from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, load_all
 from mcpvisor.supervisor.config import Config
-from mcpvisor.supervisor.process import Launch, Program
+from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
 from mcpvisor.wire import codec, frontend_spec, worker_spec
 from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
+from mcpvisor.wire.forkserver import ForkServer
 from mcpvisor.wire.messages import Command, ConfigChanged, ProcessEvent, Reply, Report
 from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
@@ -92,6 +93,9 @@ class Supervisor:
         self._events: ZSocket | None = None
         self._nursery: trio.Nursery | None = None
         self._ops_lock = trio.Lock()  # one config-changing command at a time
+        self.forkserver = ForkServer(
+            [sys.executable, "-P", "-m", "mcpvisor.workers.forkserver"], os.environ, self.log_dir / "forkserver.log"
+        )
         self.shutdown_requested = trio.Event()
 
     # -- launching -------------------------------------------------------------------------------
@@ -122,15 +126,16 @@ class Supervisor:
         env = dict(os.environ) | {worker_spec.ENV_VAR: worker_spec.encode(spec)}
         return Launch([sys.executable, "-P", "-m", "mcpvisor.workers"], env, self.log_dir / f"{server}.worker.log")
 
-    def _add_program(self, name: str, launch: Launch, policy: Policy) -> Program:
-        program = Program(name, launch, policy, self._state_changed, needs_report=True)
+    def _add_program(self, name: str, launch: Launch, policy: Policy, spawner: Spawner | None = None) -> Program:
+        program = Program(name, launch, policy, self._state_changed, needs_report=True, spawner=spawner)
         self.programs[name] = program
         assert self._nursery is not None
         self._nursery.start_soon(program.serve)
         return program
 
     def _add_worker(self, server: str) -> Program:
-        return self._add_program(worker_name(server), self.worker_launch(server), self.config.servers[server].policy)
+        policy = self.config.servers[server].policy
+        return self._add_program(worker_name(server), self.worker_launch(server), policy, self.forkserver)
 
     async def _remove_programs(self, names: list[str]) -> None:
         """Stop these programs (all at once) and forget them."""
@@ -400,6 +405,7 @@ class Supervisor:
                 self._nursery = nursery
                 nursery.start_soon(self._serve_control, control, nursery)
                 nursery.start_soon(self._serve_watchdog)
+                nursery.start_soon(self.forkserver.serve)
                 nursery.start_soon(self._serve_systemd_watchdog)
                 self._add_program(FRONTEND, self.frontend_launch(), FRONTEND_POLICY).start()
                 for name, server in self.config.servers.items():

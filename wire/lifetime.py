@@ -4,21 +4,32 @@
 `open_process` forks from a worker thread that its thread cache retires after 10 idle seconds,
 which would kill every child at that moment. So children are forked here, from the thread that
 runs trio (it lives as long as the process), and waited for through a pidfd.
+
+A process can also take on children it did not fork: as a subreaper it inherits the orphans of its
+descendants, which is how workers forked by the forkserver become the supervisor's own children
+(`Child.adopt`). Orphans nobody adopts are reaped by `reap_orphans`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
 import trio
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+# Children a `Child` owns: their exit status is theirs to collect, never the orphan reaper's.
+_owned: set[int] = set()
+_adopting = 0  # forks in flight whose pid is not known yet: the reaper must not take them
 
 
 def die_with_parent(expected_parent: int | None = None) -> None:
@@ -37,30 +48,50 @@ class Child:
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
-        stdin: trio.lowlevel.FdStream | None,
-        stdout: trio.lowlevel.FdStream | None,
+        pid: int,
+        stdin: trio.lowlevel.FdStream | None = None,
+        stdout: trio.lowlevel.FdStream | None = None,
         output: trio.lowlevel.FdStream | None = None,
+        *,
+        popen: subprocess.Popen[bytes] | None = None,
     ) -> None:
         self._popen = popen
-        self.pid = popen.pid
+        self.pid = pid
         self.stdin = stdin
         self.stdout = stdout
         self.output = output  # stderr (and stdout unless piped separately), when captured
-        self._pidfd = os.pidfd_open(popen.pid)
+        self._pidfd = os.pidfd_open(pid)
+        self._returncode: int | None = None
         self._exited = trio.Event()
         self._waiting = False
+        _owned.add(pid)
+
+    @classmethod
+    def adopt(cls, pid: int, output: trio.lowlevel.FdStream | None = None) -> Child:
+        """Own a child this process inherited (as a subreaper) rather than forked itself."""
+        return cls(pid, output=output)
 
     @property
     def returncode(self) -> int | None:
-        if self._popen.returncode is None:
+        if self._returncode is None:
             self._poll()
-        return self._popen.returncode
+        return self._returncode
 
     def _poll(self) -> None:
-        if self._popen.poll() is not None and not self._exited.is_set():
+        if self._popen is not None:
+            code = self._popen.poll()
+        else:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                code = 255  # collected by someone else: gone, with its status
+            else:
+                code = os.waitstatus_to_exitcode(status) if pid else None
+        if code is not None and not self._exited.is_set():
+            self._returncode = code
             self._exited.set()
             os.close(self._pidfd)
+            _owned.discard(self.pid)
 
     async def wait(self) -> int:
         """Wait for the child to exit and return its status (negative: killed by that signal)."""
@@ -72,8 +103,8 @@ class Child:
             finally:
                 self._waiting = False
         await self._exited.wait()
-        assert self._popen.returncode is not None
-        return self._popen.returncode
+        assert self._returncode is not None
+        return self._returncode
 
     def send_signal_to_group(self, signum: int) -> bool:
         """Signal the child's process group; False when nothing is left in it."""
@@ -94,6 +125,7 @@ def spawn(
     output: IO[bytes] | int | None = None,
     capture_output: bool = False,
     die_with_us: bool = True,
+    pass_fds: Sequence[int] = (),
 ) -> Child:
     """Fork/exec a child in its own process group; it gets SIGKILL if this process dies.
 
@@ -124,6 +156,7 @@ def spawn(
             start_new_session=True,
             preexec_fn=setup,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
     except BaseException:
         for fd in (child_in, parent_in, child_out, parent_out, child_err, parent_err):
@@ -136,4 +169,58 @@ def spawn(
     stdin = trio.lowlevel.FdStream(parent_in) if parent_in is not None else None
     stdout = trio.lowlevel.FdStream(parent_out) if parent_out is not None else None
     captured = trio.lowlevel.FdStream(parent_err) if parent_err is not None else None
-    return Child(popen, stdin, stdout, captured)
+    return Child(popen.pid, stdin, stdout, captured, popen=popen)
+
+
+def become_subreaper() -> bool:
+    """Inherit the orphans of this process's descendants (Linux); False where unsupported."""
+    if sys.platform != "linux":
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def wait_for_reparent(old_parent: int, timeout: float = 5.0) -> None:
+    """In a double-forked child: wait until the intermediate parent's exit has re-parented us."""
+    deadline = time.monotonic() + timeout
+    while os.getppid() == old_parent and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
+@contextlib.contextmanager
+def adopting() -> Iterator[None]:
+    """While a fork is in flight its pid is not owned yet: keep the orphan reaper off it."""
+    global _adopting
+    _adopting += 1
+    try:
+        yield
+    finally:
+        _adopting -= 1
+
+
+def _children() -> list[int]:
+    pids: list[int] = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as listing:
+                pids.extend(int(pid) for pid in listing.read().split())
+        except OSError:
+            continue
+    return pids
+
+
+def reap_orphans() -> int:
+    """Collect exited children that no `Child` owns (orphans a subreaper inherited); how many."""
+    if _adopting or sys.platform != "linux":
+        return 0
+    reaped = 0
+    for pid in _children():
+        if pid in _owned:
+            continue
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        reaped += bool(done)
+    return reaped
+
