@@ -1,60 +1,117 @@
-"""Which local user opened a loopback TCP connection: the kernel's socket table, looked up per request.
+"""Which local user opened a loopback TCP connection, asked of the kernel for every request.
 
 On a loopback listener with no tokens, mcpvisor serves only the user running it (and root). The
-peer's uid is the owner of the client's end of the connection: the row of `/proc/net/tcp` (or
-`tcp6`) whose local address is the client's address and port and whose remote address is ours.
-Nothing is cached: a port is reused by the next connection, possibly another user's.
+peer's uid is the owner of the client's end of the connection: the socket whose local address is
+the client's address and port and whose remote address is ours. The kernel is asked by that exact
+address pair over sock_diag netlink (a hash lookup); where that is not available, its socket
+table in `/proc/net/tcp` and `tcp6` is read instead (a walk of every socket on the host, tens of
+milliseconds on a big one). Nothing is cached: a port is reused by the next connection, possibly
+another user's.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
+import struct
 import sys
 from pathlib import Path
 from typing import Final
 
 TCP_TABLES: Final = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 
+# linux/sock_diag.h, linux/inet_diag.h, linux/netlink.h
+_NETLINK_SOCK_DIAG: Final = 4
+_SOCK_DIAG_BY_FAMILY: Final = 20
+_NLM_F_REQUEST: Final = 1
+_NLMSG_ERROR: Final = 2
+_NO_COOKIE: Final = 0xFFFFFFFF
+_HEADER: Final = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
+_UID_OFFSET: Final = _HEADER.size + 4 + 48 + 12  # inet_diag_msg: family..retrans, sockid, expires..wqueue
+
 
 class PeerUnknown(Exception):
     """The peer's uid cannot be found out here; the message says why (callers refuse the connection)."""
 
 
-def _hex_address(host: str, port: int) -> tuple[str, str]:
-    """`(ADDRESS:PORT as /proc/net/tcp prints it, the table it is in)` for one socket address.
-
-    The kernel prints each 32-bit word of the address in the host's byte order, and an IPv4
-    address seen by an IPv6 socket as `::ffff:a.b.c.d`.
-    """
-    address = ipaddress.ip_address(host.split("%", 1)[0])
-    packed = address.packed
-    words = "".join(f"{int.from_bytes(packed[i : i + 4], sys.byteorder):08X}" for i in range(0, len(packed), 4))
-    return f"{words}:{port:04X}", "tcp" if address.version == 4 else "tcp6"
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def _forms(host: str) -> list[str]:
+def _forms(host: str) -> list[Address]:
     """`host` and its other spelling across IPv4 and IPv6 sockets (`a.b.c.d` is `::ffff:a.b.c.d`)."""
     address = ipaddress.ip_address(host.split("%", 1)[0])
     if address.version == 4:
-        return [str(address), f"::ffff:{address}"]
+        return [address, ipaddress.IPv6Address(f"::ffff:{address}")]
     if address.ipv4_mapped is not None:
-        return [str(address), str(address.ipv4_mapped)]
-    return [str(address)]
+        return [address, address.ipv4_mapped]
+    return [address]
 
 
-def peer_uid(client: tuple[str, int], server: tuple[str, int], tables: tuple[Path, ...] = TCP_TABLES) -> int:
+def peer_uid(
+    client: tuple[str, int], server: tuple[str, int], tables: tuple[Path, ...] = TCP_TABLES, *, netlink: bool = True
+) -> int:
     """The uid owning the client end of the TCP connection `client` -> `server` on this host."""
     try:
-        candidates = [
-            (_hex_address(local, client[1]), _hex_address(remote, server[1]))
-            for local, remote in zip(_forms(client[0]), _forms(server[0]), strict=False)
-        ]
+        pairs = list(zip(_forms(client[0]), _forms(server[0]), strict=False))
     except ValueError:
         raise PeerUnknown(f"the connection's addresses {client[0]!r} and {server[0]!r} are not IP addresses") from None
+    if netlink:
+        try:
+            for local, remote in pairs:
+                if (uid := _diag_uid(local, client[1], remote, server[1])) is not None:
+                    return uid
+        except OSError:
+            pass  # no sock_diag here (kernel, seccomp): the tables tell the same, more slowly
+    return _table_uid(pairs, client[1], server[1], tables)
+
+
+def _diag_uid(local: Address, local_port: int, remote: Address, remote_port: int) -> int | None:
+    """The owner of the TCP socket with exactly these ends, from sock_diag; None when there is none."""
+    family = socket.AF_INET if local.version == 4 else socket.AF_INET6
+    request = (
+        struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)  # every TCP state
+        + struct.pack("!HH", local_port, remote_port)
+        + local.packed.ljust(16, b"\0")
+        + remote.packed.ljust(16, b"\0")
+        + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+    )
+    message = _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0) + request
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as sock:
+        sock.settimeout(1.0)
+        sock.sendto(message, (0, 0))
+        answer = sock.recv(8192)
+    _length, kind, _flags, _sequence, _port = _HEADER.unpack_from(answer)
+    if kind == _NLMSG_ERROR:
+        (code,) = struct.unpack_from("=i", answer, _HEADER.size)
+        if -code == errno.ENOENT:
+            return None  # no such socket (or no tcp_diag: the tables will tell)
+        raise OSError(-code, os.strerror(-code))
+    if kind != _SOCK_DIAG_BY_FAMILY or len(answer) < _UID_OFFSET + 4:
+        raise OSError(errno.EPROTO, "unexpected sock_diag answer")
+    return struct.unpack_from("=I", answer, _UID_OFFSET)[0]
+
+
+def _hex_address(address: Address, port: int) -> str:
+    """ADDRESS:PORT as /proc/net/tcp prints it: each 32-bit word of the address in host byte order."""
+    packed = address.packed
+    words = "".join(f"{int.from_bytes(packed[i : i + 4], sys.byteorder):08X}" for i in range(0, len(packed), 4))
+    return f"{words}:{port:04X}"
+
+
+def _table_uid(
+    pairs: list[tuple[Address, Address]], local_port: int, remote_port: int, tables: tuple[Path, ...]
+) -> int:
+    """The uid in the row of the kernel's socket table whose ends are one of `pairs`."""
     read_any = False
     for table in tables:
-        wanted = [(local, remote) for (local, family), (remote, _) in candidates if family == table.name]
+        family = 4 if table.name == "tcp" else 6
+        wanted = [
+            (_hex_address(local, local_port), _hex_address(remote, remote_port))
+            for local, remote in pairs
+            if local.version == family
+        ]
         if not wanted:
             continue
         try:
@@ -62,12 +119,11 @@ def peer_uid(client: tuple[str, int], server: tuple[str, int], tables: tuple[Pat
         except OSError:
             continue
         read_any = True
-        for local, remote in wanted:
-            for line in text.splitlines()[1:]:
-                # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
-                fields = line.split()
-                if len(fields) > 7 and fields[1] == local and fields[2] == remote:
-                    return int(fields[7])
+        for line in text.splitlines()[1:]:
+            # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+            fields = line.split()
+            if len(fields) > 7 and (fields[1], fields[2]) in wanted:
+                return int(fields[7])
     if not read_any:
         raise PeerUnknown(f"the kernel's socket table ({', '.join(map(str, tables))}) cannot be read here")
     raise PeerUnknown("the connection is not in the kernel's socket table (closed, or from another network namespace)")

@@ -22,8 +22,9 @@ linux_only = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="need
 
 
 @linux_only
+@pytest.mark.parametrize("netlink", [True, False], ids=["sock_diag", "proc-tables"])
 @pytest.mark.parametrize("family,host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
-def test_a_loopback_connection_is_traced_to_the_user_who_opened_it(family: int, host: str) -> None:
+def test_a_loopback_connection_is_traced_to_the_user_who_opened_it(family: int, host: str, netlink: bool) -> None:
     if family == socket.AF_INET6 and not socket.has_ipv6:
         pytest.skip("no IPv6 here")
     with socket.socket(family) as listener:
@@ -37,11 +38,16 @@ def test_a_loopback_connection_is_traced_to_the_user_who_opened_it(family: int, 
             accepted, _ = listener.accept()
             with accepted:
                 # As the server sees it: the peer is the client, the local end is ours.
-                assert peer_uid(accepted.getpeername()[:2], accepted.getsockname()[:2]) == os.getuid()
+                peer, ours = accepted.getpeername()[:2], accepted.getsockname()[:2]
+                assert peer_uid(peer, ours, netlink=netlink) == os.getuid()
+                # A port off by one is another connection, which does not exist: refused, never guessed.
+                with pytest.raises(PeerUnknown):
+                    peer_uid((peer[0], peer[1] + 1), ours, netlink=netlink)
 
 
 @linux_only
-def test_an_ipv4_client_of_a_dual_stack_listener_is_found_under_its_ipv4_address() -> None:
+@pytest.mark.parametrize("netlink", [True, False], ids=["sock_diag", "proc-tables"])
+def test_an_ipv4_client_of_a_dual_stack_listener_is_found_under_its_ipv4_address(netlink: bool) -> None:
     with socket.socket(socket.AF_INET6) as listener:
         try:
             listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -55,7 +61,7 @@ def test_an_ipv4_client_of_a_dual_stack_listener_is_found_under_its_ipv4_address
             with accepted:
                 peer, ours = accepted.getpeername()[:2], accepted.getsockname()[:2]
                 assert peer[0] == "::ffff:127.0.0.1"
-                assert peer_uid(peer, ours) == os.getuid()
+                assert peer_uid(peer, ours, netlink=netlink) == os.getuid()
 
 
 def _row(local: str, remote: str, uid: int) -> str:
@@ -75,7 +81,7 @@ def test_the_row_is_the_clients_end_not_the_servers(tmp_path: Path) -> None:
         + _row(_hex4(*server), _hex4(*client), 0)  # the server's end of the same connection
         + _row(_hex4(*client), _hex4(*server), 65534)
     )
-    assert peer_uid(client, server, (table,)) == 65534
+    assert peer_uid(client, server, (table,), netlink=False) == 65534
 
 
 def test_unknown_connections_and_missing_tables_fail_closed(tmp_path: Path) -> None:
@@ -84,7 +90,7 @@ def test_unknown_connections_and_missing_tables_fail_closed(tmp_path: Path) -> N
     with pytest.raises(PeerUnknown, match="not in the kernel's socket table"):
         peer_uid(("127.0.0.1", 1), ("127.0.0.1", 2), (table,))
     with pytest.raises(PeerUnknown, match="cannot be read"):
-        peer_uid(("127.0.0.1", 1), ("127.0.0.1", 2), (tmp_path / "missing" / "tcp",))
+        peer_uid(("127.0.0.1", 1), ("127.0.0.1", 2), (tmp_path / "missing" / "tcp",), netlink=False)
     with pytest.raises(PeerUnknown, match="not IP addresses"):
         peer_uid(("unix-socket", 1), ("127.0.0.1", 2), (table,))
 
