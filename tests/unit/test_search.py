@@ -635,16 +635,35 @@ def test_semantic_can_be_switched_off() -> None:
 
 def test_a_restart_with_the_cache_dir_embeds_nothing_again(tmp_path: Path) -> None:
     first = hybrid_index(cache_dir=tmp_path)
+    assert first.save_cache()
     cache = tmp_path / CACHE_FILE_NAME
 
     assert stat.S_IMODE(cache.stat().st_mode) == 0o600
     second = hybrid_index(cache_dir=tmp_path)
 
     assert second.embedded_tools == 0
+    assert not second.save_cache(), "nothing new to write"
     for query in ("will I need an umbrella tomorrow", "remove a folder", "gist"):
         assert second.search(query, 20) == first.search(query, 20)
     second.set_server_tools("money", [*MONEY, tool("list_currencies", "Every currency code with its name")])
     assert second.embedded_tools == 1
+
+
+def test_the_cache_is_written_at_once_then_at_most_once_per_interval(tmp_path: Path) -> None:
+    index = hybrid_index({"time": TIME}, cache_dir=tmp_path, cache_interval=3600)
+    cache = tmp_path / CACHE_FILE_NAME
+    assert hybrid_index({"time": TIME}, cache_dir=tmp_path).embedded_tools == 0
+
+    index.set_server_tools("weather", WEATHER)
+    assert hybrid_index({"weather": WEATHER}, cache_dir=tmp_path).embedded_tools == 1, "not written yet"
+    assert index.save_cache()
+    assert hybrid_index({"time": TIME, "weather": WEATHER}, cache_dir=tmp_path).embedded_tools == 0
+
+    every_time = hybrid_index({"time": TIME}, cache_dir=tmp_path, cache_interval=0)
+    every_time.set_server_tools("money", MONEY)
+    assert not every_time.save_cache(), "already written by set_server_tools"
+    assert hybrid_index({"money": MONEY}, cache_dir=tmp_path).embedded_tools == 0
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600
 
 
 def test_the_cache_file_is_rewritten_owner_only_even_if_it_was_readable_by_others(tmp_path: Path) -> None:
