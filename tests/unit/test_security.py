@@ -8,15 +8,14 @@ import msgspec
 import pytest
 
 from mcpvisor.frontend.security import (
-    EVIDENCE_LIMIT,
     Finding,
     ToolReport,
     analyze_server,
     analyze_tool,
-    redact_secrets,
     render_report,
     tool_hash,
 )
+from mcpvisor.frontend.security_text import EVIDENCE_LIMIT, redact_secrets
 
 WEATHER = {
     "name": "get_forecast",
