@@ -35,7 +35,16 @@ from mcpvisor.frontend.semantic import (
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["RELATED_TERMS", "SearchHit", "ToolIndex", "embedding_text", "split_identifier", "stem", "tokenize"]
+__all__ = [
+    "RELATED_TERMS",
+    "PreparedTools",
+    "SearchHit",
+    "ToolIndex",
+    "embedding_text",
+    "split_identifier",
+    "stem",
+    "tokenize",
+]
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +323,17 @@ def embedding_text(server: str, name: str, tool: Mapping[str, Any]) -> str:
     return ". ".join(part for part in parts if part)
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedTools:
+    """One server's tools made ready for `ToolIndex.apply`: word counts, text keys, new vectors."""
+
+    server: str
+    terms: dict[str, Counter[str]]  # by tool name, in the order of the tool list
+    keys: dict[str, bytes]  # by tool name; empty when search is BM25 alone
+    vectors: dict[bytes, np.ndarray]  # by text key, for the texts the index had no vector for
+    texts: dict[bytes, str]  # by text key
+
+
 _embedders: dict[Path | None, Embedder | ModelUnavailable] = {}
 
 
@@ -400,6 +420,7 @@ class ToolIndex:
         self._status = "lexical (semantic search switched off)"
         self._vectors: _Vectors | None = None
         self._text_keys: dict[int, bytes] = {}
+        self._doc_of_key: dict[bytes, int] = {}
         self._server_rows: dict[str, np.ndarray] = {}
         self._cache: VectorCache | None = None
         self._spare: dict[bytes, np.ndarray] = {}
@@ -443,23 +464,66 @@ class ToolIndex:
         Entries without a string name are skipped; of two tools with the same name, the later
         wins, as a client calling that name could reach only one of them. In hybrid mode a tool
         whose text is unchanged keeps its vector; only new or changed tools are embedded.
+        The same as `apply(prepare(server, tools))`.
+        """
+        self.apply(self.prepare(server, tools))
+
+    def prepare(self, server: str, tools: Iterable[Mapping[str, Any]]) -> PreparedTools:
+        """Do the slow part of `set_server_tools` (counting words, embedding) without changing the index.
+
+        It only reads the index, so it may run in a worker thread while the event loop keeps
+        searching; `apply` then changes the index quickly, on the loop.
         """
         by_name: dict[str, Mapping[str, Any]] = {}
         for tool in tools:
             name = tool.get("name") if isinstance(tool, Mapping) else None
             if isinstance(name, str) and name:
                 by_name[name] = tool
+        terms = {name: _weighted_terms(server, tool) for name, tool in by_name.items()}
+        if self._embedder is None:
+            return PreparedTools(server, terms, {}, {}, {})
+        fingerprint = self._embedder.fingerprint
+        texts = {name: embedding_text(server, name, tool) for name, tool in by_name.items()}
+        keys = {name: text_key(fingerprint, text) for name, text in texts.items()}
+        # Single dictionary look-ups only: they are safe against the loop changing the index.
+        missing = [name for name, key in keys.items() if key not in self._doc_of_key and key not in self._spare]
+        vectors: dict[bytes, np.ndarray] = {}
+        if missing:
+            embedded = self._embedder.embed([texts[name] for name in missing])
+            vectors = {keys[name]: vector for name, vector in zip(missing, embedded, strict=True)}
+        return PreparedTools(server, terms, keys, vectors, {keys[name]: texts[name] for name in keys})
+
+    def apply(self, prepared: PreparedTools) -> None:
+        """Replace the tools of `prepared.server` with those `prepare` made ready."""
+        server = prepared.server
+        vectors = dict(prepared.vectors)
+        embedded = len(vectors)
+        if self._vectors is not None:
+            matrix, row_of_doc = self._vectors.matrix, self._vectors.row_of_doc
+            for key in prepared.keys.values():
+                doc_id = self._doc_of_key.get(key)
+                if key not in vectors and doc_id is not None:
+                    vectors[key] = matrix[row_of_doc[doc_id]].copy()
         self.remove_server(server)
-        vectors, embedded = self._vectors_for(server, by_name) if self._embedder is not None else ({}, 0)
+        if self._embedder is not None:
+            for key in prepared.keys.values():
+                if key not in vectors and key in self._spare:
+                    vectors[key] = self._spare.pop(key)
+            # Texts whose vector went away between prepare and apply (the spares are bounded).
+            late = [key for key in prepared.keys.values() if key not in vectors]
+            if late:
+                vectors.update(zip(late, self._embedder.embed([prepared.texts[key] for key in late]), strict=True))
+                embedded += len(late)
+        self._embedded += embedded
         ids = []
-        for name, tool in by_name.items():
-            doc_id = self._add(server, name, _weighted_terms(server, tool))
+        for name, terms in prepared.terms.items():
+            doc_id = self._add(server, name, terms)
             ids.append(doc_id)
-            if name in vectors:
-                key, vector = vectors[name]
+            key = prepared.keys.get(name)
+            if key is not None and self._vectors is not None:
                 self._text_keys[doc_id] = key
-                assert self._vectors is not None
-                self._vectors.add(doc_id, vector)
+                self._doc_of_key[key] = doc_id
+                self._vectors.add(doc_id, vectors[key])
         if ids:
             self._by_server[server] = ids
             if self._vectors is not None:
@@ -485,9 +549,9 @@ class ToolIndex:
             del self._keys[doc_id]
             if self._vectors is not None:
                 # Kept aside so a server that comes back (a restart) needs no new embedding.
-                self._keep_spare(
-                    self._text_keys.pop(doc_id), self._vectors.matrix[self._vectors.row_of_doc[doc_id]].copy()
-                )
+                key = self._text_keys.pop(doc_id)
+                del self._doc_of_key[key]
+                self._keep_spare(key, self._vectors.matrix[self._vectors.row_of_doc[doc_id]].copy())
                 self._vectors.remove(doc_id)
 
     def servers(self) -> list[str]:
@@ -570,32 +634,6 @@ class ToolIndex:
             key=lambda item: (-item[0], keys[item[1]]),
         )
         return [SearchHit(*self._names[doc_id], score) for score, doc_id in ranked[:limit]]
-
-    def _vectors_for(
-        self, server: str, tools: Mapping[str, Mapping[str, Any]]
-    ) -> tuple[dict[str, tuple[bytes, np.ndarray]], int]:
-        """Return each tool's text key and vector, and how many texts had to be embedded.
-
-        A text seen before (a tool the server had, a restart's cache) reuses its vector.
-        """
-        assert self._embedder is not None
-        found: dict[str, tuple[bytes, np.ndarray]] = {}
-        missing: list[tuple[str, bytes, str]] = []
-        fingerprint = self._embedder.fingerprint
-        for name, tool in tools.items():
-            text = embedding_text(server, name, tool)
-            key = text_key(fingerprint, text)
-            vector = self._spare.pop(key, None)
-            if vector is not None:
-                found[name] = (key, vector)
-            else:
-                missing.append((name, key, text))
-        if missing:
-            embedded = self._embedder.embed([text for _, _, text in missing])
-            self._embedded += len(missing)
-            for (name, key, _), vector in zip(missing, embedded, strict=True):
-                found[name] = (key, vector)
-        return found, len(missing)
 
     def _keep_spare(self, key: bytes, vector: np.ndarray) -> None:
         self._spare.pop(key, None)

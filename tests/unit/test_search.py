@@ -10,16 +10,19 @@ from __future__ import annotations
 import logging
 import math
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mcpvisor.frontend import search as search_module
 from mcpvisor.frontend.search import (
     K1,
     NAME_WEIGHT,
     SEMANTIC_WEIGHT,
     B,
+    PreparedTools,
     SearchHit,
     ToolIndex,
     embedding_text,
@@ -562,6 +565,56 @@ def test_hybrid_embeds_only_new_or_changed_tools() -> None:
     assert [hit for hit in index.search("umbrella", 100) if hit.server == "weather"] == []
     index.set_server_tools("weather", WEATHER)
     assert index.embedded_tools == before + 1
+    assert ids(index.search("will I need an umbrella tomorrow", 1)) == ["weather:get_forecast"]
+
+
+def test_prepare_changes_nothing_until_apply() -> None:
+    index = hybrid_index()
+    before = index.search("weather tomorrow", 20)
+    embedded = index.embedded_tools
+    extra = [tool("get_alerts", "Severe weather warnings for a region", region="Region")]
+
+    prepared = index.prepare("weather", [*WEATHER, *extra])
+
+    assert index.search("weather tomorrow", 20) == before
+    assert index.embedded_tools == embedded and len(index) == len(before)
+    index.apply(prepared)
+    assert index.embedded_tools == embedded + 1
+    assert "weather:get_alerts" in ids(index.search("storm warning", 3))
+
+
+def test_prepare_in_a_thread_while_the_index_is_searched_and_changed() -> None:
+    index = hybrid_index()
+    many = [tool(f"op_{number}", f"Operation number {number} on invoices and receipts") for number in range(300)]
+    result: list[PreparedTools] = []
+    worker = threading.Thread(target=lambda: result.append(index.prepare("billing", many)))
+
+    worker.start()
+    while worker.is_alive():
+        index.set_server_tools("time", TIME[::-1])
+        index.remove_server("slack")
+        index.set_server_tools("slack", SLACK)
+        assert index.search("send a message", 1)[0].tool == "send_message"
+    worker.join()
+    index.apply(result[0])
+
+    fresh = hybrid_index({**CATALOG, "billing": many})
+    assert [(hit.server, hit.tool) for hit in index.search("receipts", 10)] == [
+        (hit.server, hit.tool) for hit in fresh.search("receipts", 10)
+    ]
+
+
+def test_a_vector_lost_between_prepare_and_apply_is_embedded_on_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = hybrid_index()
+    prepared = index.prepare("weather", WEATHER)
+    assert prepared.vectors == {}, "the tool is in the index already"
+    monkeypatch.setattr(search_module, "CACHE_SPARE_VECTORS", 0)
+    index.remove_server("weather")
+    embedded = index.embedded_tools
+
+    index.apply(prepared)
+
+    assert index.embedded_tools == embedded + 1
     assert ids(index.search("will I need an umbrella tomorrow", 1)) == ["weather:get_forecast"]
 
 
