@@ -20,6 +20,7 @@ from tests.support.stack import (
     echo_server,
     free_port,
     open_stack,
+    python_server,
     stop_stack,
     write_config,
 )
@@ -100,6 +101,25 @@ async def test_a_2026_client_lists_and_calls_tools_before_and_after_a_restart(tm
         assert text_of(await client.call_tool("echo:echo", {"text": "modern"})) == "modern"
         await restart(stack)
         assert text_of(await client.call_tool("echo:echo", {"text": "again"})) == "again"
+
+
+async def test_upstream_requests_reach_the_stdio_client(tmp_path: Path) -> None:
+    """Given an upstream that asks the client for sampling during a call, the request crosses the bridge
+    to the stdio client and its answer goes back to the upstream."""
+    async with open_stack(tmp_path, {"conf": python_server("conformance_server.py")}) as stack:
+        asked: list[str] = []
+
+        async def sample(_context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+            content = params.messages[0].content
+            asked.append(content.text if isinstance(content, types.TextContent) else "")
+            return types.CreateMessageResult(
+                role="assistant", content=types.TextContent(type="text", text="a sampled answer"), model="test"
+            )
+
+        async with Client(bridge(stack.direct_url), mode="legacy", sampling_callback=sample) as client:
+            result = await client.call_tool("conf:test_sampling", {"prompt": "what is up?"})
+            assert text_of(result) == "LLM response: a sampled answer"
+            assert asked == ["what is up?"]
 
 
 async def test_serve_starts_mcpvisor_when_none_answers_and_stops_it_on_exit(tmp_path: Path) -> None:
