@@ -254,7 +254,7 @@ class Sandbox:
 
         # The hard limit below stops a script politely; this V8 flag is the backstop that ends the
         # process if one allocation leaps past it.
-        init_mini_racer(flags=(*DEFAULT_V8_FLAGS, f"--max-old-space-size={heap_mb * 2}"), ignore_duplicate_init=True)
+        init_mini_racer(flags=(*DEFAULT_V8_FLAGS, f"--max-old-space-size={heap_mb + 16}"), ignore_duplicate_init=True)
         self._out = out
         self._heap_bytes = heap_mb * 1024 * 1024
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -351,6 +351,9 @@ class Sandbox:
                 abort = self._serve_calls(run_id, future, buffer, flags)
                 try:
                     outcome = json.loads(future.result())
+                except concurrent.futures.CancelledError:
+                    ended = abort or "the run was ended"
+                    raise RunError("MAX_TOOL_CALLS_EXCEEDED", ended, self._logs(logs_json)) from None
                 except (TimeoutError, concurrent.futures.TimeoutError):
                     message = f"the code ran longer than {timeout * 1000:.0f} ms and was stopped"
                     raise RunError("TIMEOUT", message) from None
@@ -417,11 +420,14 @@ class Sandbox:
                            "max_parallel": request.get("max_parallel", 1)})
             elif kind == "line" and message.get("op") == "reply" and message.get("call") == call:
                 if isinstance(message.get("abort"), dict):
+                    # The run ends here, whatever the script would do with an exception it could catch.
                     abort = str(message["abort"].get("message", "the run was ended"))
-                    answer: dict[str, Any] = {"abort": {"message": abort}}
-                else:
-                    answer = {"results": message.get("results", [])}
-                pending = self._write_reply(buffer, flags, json.dumps(answer, separators=(",", ":")))
+                    future.cancel()
+                    continue
+                answer = {"results": message.get("results", [])}
+                # Not ASCII-escaped: the buffer holds UTF-16, and escapes would multiply the size of text.
+                text = json.dumps(answer, separators=(",", ":"), ensure_ascii=False)
+                pending = self._write_reply(buffer, flags, text)
 
     @staticmethod
     def _write_reply(buffer: memoryview, flags: memoryview, text: str) -> str | None:
@@ -445,9 +451,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mcpvisor.workers.sandbox")
     parser.add_argument("--heap-mb", type=int, default=DEFAULT_HEAP_MB)
     args = parser.parse_args(argv)
-    from mcpvisor.wire import lifetime
-
-    lifetime.die_with_parent()
     sys.unraisablehook = _quiet_late_callbacks
     # The protocol owns the real stdout; anything else that prints goes to stderr instead.
     out = os.fdopen(os.dup(1), "wb")
