@@ -550,7 +550,7 @@ def _file_into_argument(text: Text) -> Iterator[Hit]:
 
 @_rule("embedded_secret", "credential_access")
 def _embedded_secret(text: Text) -> Iterator[Hit]:
-    spans = secret_spans(text.norm, long_tokens=False)
+    spans = secret_spans(text.norm, findings_only=True)
     if spans:
         start, end, _ = spans[0]
         yield Hit("medium", text.span(start, end), f"contains what looks like a live token or key ({len(spans)})")
@@ -863,7 +863,7 @@ def _decode_blob(token: str) -> tuple[str, str] | None:
 def _encoded_payload(text: Text) -> Iterator[Hit]:
     if text.depth:
         return
-    secrets = secret_spans(text.norm, long_tokens=False)
+    secrets = secret_spans(text.norm, findings_only=True)
     for match in text.matches(_BLOB):
         if any(start < match.end() and match.start() < end for start, end, _ in secrets):
             continue  # a token is redacted, never decoded into the report

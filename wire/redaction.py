@@ -27,6 +27,16 @@ _ASSIGNED_SECRET = re.compile(
     r"(?i)\b(?:api[_-]?key|apikey|access[_-]?key|secret(?:[_-]?key)?|client[_-]?secret|password|passwd|pwd"
     r"|token|auth)[\"']?\s*[:=]\s*[\"']?([^\s\"',;]{6,})"
 )
+# A password in a URL's userinfo (`postgres://user:PASSWORD@host/db`); it runs to the last `@`
+# of the authority, so a password with an unencoded `@` is still hidden whole.
+_URL_PASSWORD = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:\"'<>]*:([^\s/?#\"'<>]+)@")
+_QUERY_PARAMETER = re.compile(r"[?&;]([A-Za-z][\w.-]{0,63})=([^&#\s\"'<>]+)")
+# The last word of a query parameter's name that makes its value a secret (`access_token`,
+# `apiKey`, `X-Amz-Signature`).
+_SECRET_PARAMETER_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "pwd", "pass", "key", "apikey", "sig", "signature", "auth"}
+    | {"credential", "credentials", "session", "sessionid"}
+)
 # The public, recognizable head of a provider token ("ghp_", "sk-", "github_pat_").
 _TOKEN_PREFIX = re.compile(r"[A-Za-z]+[-_](?:pat_)?")
 _LONG_TOKEN = re.compile(r"(?<![\w/+=-])[A-Za-z0-9+/_-]{32,}={0,2}(?![\w/+=-])")
@@ -36,11 +46,19 @@ def _looks_random(value: str) -> bool:
     return any(ch.isdigit() for ch in value) and any(ch.isalpha() for ch in value)
 
 
-def secret_spans(text: str, *, long_tokens: bool = True) -> list[tuple[int, int, str]]:
+def _is_secret_parameter(name: str) -> bool:
+    words = re.split(r"[_.-]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
+    return words[-1] in _SECRET_PARAMETER_WORDS
+
+
+def secret_spans(text: str, *, findings_only: bool = False) -> list[tuple[int, int, str]]:
     """Spans of `text` that look like secrets, with the placeholder that replaces each.
 
-    `long_tokens` also counts any long random-looking token (base64, hex), which is redacted in
-    evidence but too common (hashes, ids, encoded data) to be a finding on its own.
+    By default the spans also cover any long random-looking token (base64, hex) and every
+    password in a URL or secret-named query parameter, whatever it looks like: all are redacted,
+    but they are too common (hashes, ids, encoded data) or too often placeholders
+    (`user:pass@host`, `?api_key=YOUR_KEY`) to be evidence of a live secret. `findings_only` keeps
+    only the spans that are.
     """
     # The list order is the priority: a specific label ("ghp_<redacted>") wins over a generic one.
     spans: list[tuple[int, int, str]] = []
@@ -56,9 +74,15 @@ def secret_spans(text: str, *, long_tokens: bool = True) -> list[tuple[int, int,
             value = match.group(1)
             if _looks_random(value) or (len(value) >= 12 and not value.isalpha()):
                 spans.append((match.start(1), match.end(1), "<redacted>"))
-    for match in _LONG_TOKEN.finditer(text) if long_tokens else ():
-        if _looks_random(match.group()):
-            spans.append((match.start(), match.end(), f"<redacted {len(match.group())} chars>"))
+    if not findings_only:
+        for match in _URL_PASSWORD.finditer(text):
+            spans.append((match.start(1), match.end(1), "<redacted>"))
+        for match in _QUERY_PARAMETER.finditer(text):
+            if _is_secret_parameter(match.group(1)):
+                spans.append((match.start(2), match.end(2), "<redacted>"))
+        for match in _LONG_TOKEN.finditer(text):
+            if _looks_random(match.group()):
+                spans.append((match.start(), match.end(), f"<redacted {len(match.group())} chars>"))
     ordered = sorted(enumerate(spans), key=lambda item: (item[1][0], item[0]))
     merged: list[tuple[int, int, str]] = []
     for _, (start, end, label) in ordered:
