@@ -1,0 +1,525 @@
+"""Server registries: `list_registries`, `search_servers` and what `add_from_registry` proposes.
+
+One protocol is spoken, the official MCP Registry API v0.1 (`GET /v0.1/servers?search=&limit=&cursor=`
+answering `{"servers": [{"server": {...}, "_meta": {...}}], "metadata": {"nextCursor": ...}}`, and
+`GET /v0.1/servers/{name}/versions/latest`). Registries come from `[registries.ID]` tables; one
+more, `reference`, is built in and works offline: the MCP reference servers.
+
+A registry entry becomes a ready-to-propose server config: a stdio command from its npm (`npx`),
+PyPI (`uvx`) or OCI (`docker run`) package, else its remote URL and transport. Values the entry
+marks secret, or leaves for the user to fill in, are never guessed: their names are listed in
+`needs` and the config carries no value for them. What a registry returns is only ever proposed.
+
+Fetching guards: the registry's host must not resolve to a loopback, private, link-local or other
+non-public address unless `allow_private_registry_fetch` is true; redirects are not followed;
+a `nextCursor` that is a URL is followed only on the configured host; each response is read up
+to 4 MB; every failure is a RegistryError naming the registry and what went wrong, never its token.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx2
+import trio
+
+from mcpvisor.wire.config import RegistryConfig
+from mcpvisor.wire.secrets import SecretError, resolve
+
+BUILTIN_ID = "reference"
+PROTOCOL = "modelcontextprotocol/registry"
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+MAX_PAGES = 5  # pages read for one search before answering with what was found
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 50
+REQUEST_TIMEOUT = 15.0
+_NAME_PART = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class RegistryError(Exception):
+    """A registry that cannot be used or answered badly; the message is safe to show a client."""
+
+
+# -- the built-in offline list ----------------------------------------------------------------------
+
+
+def _reference(name: str, title: str, description: str, kind: str, package: str, **extra: Any) -> dict:
+    # No version: the list names the servers, and `npx -y`/`uvx` fetch their current release.
+    pkg: dict[str, Any] = {"registryType": kind, "identifier": package, "transport": {"type": "stdio"}, **extra}
+    return {
+        "server": {
+            "name": f"io.modelcontextprotocol/{name}",
+            "title": title,
+            "description": description,
+            "repository": {"url": "https://github.com/modelcontextprotocol/servers", "source": "github",
+                           "subfolder": f"src/{name}"},
+            "packages": [pkg],
+        },
+        "_meta": {"io.mcpvisor/builtin": {"tags": ["reference"]}},
+    }
+
+
+# The reference servers of the MCP project, in the registry's own schema (server.json).
+BUILTIN_SERVERS: list[dict[str, Any]] = [
+    _reference("everything", "Everything", "Reference server that exercises every MCP feature: tools, resources,"
+               " prompts, sampling, logging.", "npm", "@modelcontextprotocol/server-everything"),
+    _reference("fetch", "Fetch", "Fetches a URL and returns its content as markdown for LLM use.", "pypi",
+               "mcp-server-fetch"),
+    _reference(
+        "filesystem", "Filesystem", "Secure file operations with configurable access controls.", "npm",
+        "@modelcontextprotocol/server-filesystem",
+        packageArguments=[{"type": "positional", "valueHint": "allowed_directory", "isRequired": True,
+                           "description": "A directory the server may read and write."}],
+    ),
+    _reference(
+        "git", "Git", "Tools to read, search and change a Git repository.", "pypi", "mcp-server-git",
+        packageArguments=[{"type": "named", "name": "--repository", "valueHint": "repository_path",
+                           "description": "The repository to work on."}],
+    ),
+    _reference("memory", "Memory", "Knowledge-graph-based persistent memory.", "npm",
+               "@modelcontextprotocol/server-memory"),
+    _reference("sequentialthinking", "Sequential Thinking", "Dynamic and reflective problem-solving through"
+               " thought sequences.", "npm", "@modelcontextprotocol/server-sequential-thinking"),
+    _reference("time", "Time", "Time and timezone conversion.", "pypi", "mcp-server-time",
+               packageArguments=[{"type": "named", "name": "--local-timezone", "valueHint": "timezone",
+                                  "description": "IANA timezone used as local time."}]),
+]
+
+
+# -- turning an entry into a proposal ---------------------------------------------------------------
+
+
+@dataclass
+class Needs:
+    env: list[str] = field(default_factory=list)
+    headers: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"env": self.env, "headers": self.headers, "arguments": self.arguments,
+                "needs_secrets": bool(self.secrets), "secret_names": self.secrets}
+
+
+@dataclass
+class Hit:
+    """One registry server as `search_servers` shows it."""
+
+    id: str
+    name: str
+    title: str | None
+    description: str
+    version: str | None
+    suggested_name: str
+    config: dict[str, Any] | None
+    needs: Needs
+    source: str  # "npm", "pypi", "oci" or "remote"; "" when nothing here can run it
+    note: str = ""
+    repository: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"id": self.id, "name": self.name, "title": self.title, "description": self.description,
+               "version": self.version, "suggested_name": self.suggested_name, "source": self.source,
+               "config": self.config, "needs": self.needs.as_dict()}
+        if self.repository:
+            out["repository"] = self.repository
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+def suggested_name(registry_name: str) -> str:
+    """`io.github.acme/weather-server` -> `weather-server`: a valid mcpvisor server name."""
+    tail = registry_name.rsplit("/", 1)[-1]
+    name = _NAME_PART.sub("-", tail).strip("-._") or "server"
+    if not name[0].isalnum():
+        name = "s" + name
+    return name[:63]
+
+
+def _input_value(item: Mapping[str, Any]) -> str | None:
+    value = item.get("value")
+    if value is None:
+        value = item.get("default")
+    return value if isinstance(value, str) and value and "{" not in value else None
+
+
+def _arguments(items: Any, needs: Needs) -> list[str]:
+    args: list[str] = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        value = _input_value(item)
+        label = str(item.get("valueHint") or item.get("name") or "argument")
+        if item.get("isSecret") and item.get("isRequired"):
+            needs.secrets.append(label)
+        if item.get("type") == "named":
+            flag = item.get("name")
+            if not isinstance(flag, str) or not flag:
+                continue
+            if value is not None and not item.get("isSecret"):
+                args.append(f"{flag}={value}")
+            elif item.get("isRequired"):
+                needs.arguments.append(flag)
+        elif value is not None and not item.get("isSecret"):
+            args.append(value)
+        elif item.get("isRequired"):
+            needs.arguments.append(label)
+    return args
+
+
+def _key_values(items: Any, needed: list[str], needs: Needs) -> dict[str, str]:
+    """Literal non-secret values go into the config; secret or empty ones are only named."""
+    table: dict[str, str] = {}
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            continue
+        name = item["name"]
+        value = _input_value(item)
+        if item.get("isSecret"):
+            needs.secrets.append(name)
+            needed.append(name)
+        elif value is not None:
+            table[name] = value
+        elif item.get("isRequired"):
+            needed.append(name)
+    return table
+
+
+def _package_config(pkg: Mapping[str, Any], needs: Needs) -> dict[str, Any] | None:
+    kind = pkg.get("registryType")
+    identifier = pkg.get("identifier")
+    version = pkg.get("version")
+    if not isinstance(identifier, str) or not identifier or (pkg.get("transport") or {}).get("type") != "stdio":
+        return None
+    env = _key_values(pkg.get("environmentVariables"), needs.env, needs)
+    runtime_args = _arguments(pkg.get("runtimeArguments"), needs)
+    package_args = _arguments(pkg.get("packageArguments"), needs)
+    if kind == "npm":
+        spec = f"{identifier}@{version}" if isinstance(version, str) and version else identifier
+        config: dict[str, Any] = {"command": "npx", "args": ["-y", *runtime_args, spec, *package_args]}
+    elif kind == "pypi":
+        spec = f"{identifier}=={version}" if isinstance(version, str) and version else identifier
+        config = {"command": "uvx", "args": [*runtime_args, spec, *package_args]}
+    elif kind == "oci":
+        image = identifier if ":" in identifier.rsplit("/", 1)[-1] or not version else f"{identifier}:{version}"
+        env_flags = [arg for name in [*env, *needs.env] for arg in ("-e", name)]
+        config = {"command": "docker", "args": ["run", "-i", "--rm", *env_flags, *runtime_args, image, *package_args]}
+    else:
+        return None
+    if env:
+        config["env"] = env
+    return config
+
+
+def _remote_config(remote: Mapping[str, Any], needs: Needs) -> dict[str, Any] | None:
+    url = remote.get("url")
+    kind = remote.get("type")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or "{" in url:
+        return None
+    if kind not in ("streamable-http", "sse"):
+        return None
+    config: dict[str, Any] = {"url": url, "transport": kind}
+    headers = _key_values(remote.get("headers"), needs.headers, needs)
+    if headers:
+        config["headers"] = headers
+    return config
+
+
+def entry_to_hit(entry: Mapping[str, Any]) -> Hit:
+    """A `{"server": {...}, "_meta": {...}}` item (or a bare server.json) as a search hit with its proposal."""
+    server = entry.get("server", entry)
+    if not isinstance(server, Mapping) or not isinstance(server.get("name"), str):
+        raise RegistryError("a registry entry has no server name")
+    name = server["name"]
+    description = server.get("description") if isinstance(server.get("description"), str) else ""
+    repository = server.get("repository")
+    hit = Hit(
+        id=name,
+        name=name,
+        title=server.get("title") if isinstance(server.get("title"), str) else None,
+        description=description,
+        version=server.get("version") if isinstance(server.get("version"), str) else None,
+        suggested_name=suggested_name(name),
+        config=None,
+        needs=Needs(),
+        source="",
+        repository=repository.get("url") if isinstance(repository, Mapping) else None,
+    )
+    packages = [p for p in server.get("packages") or [] if isinstance(p, Mapping)]
+    order = {"npm": 0, "pypi": 1, "oci": 2}
+    for pkg in sorted(packages, key=lambda p: order.get(str(p.get("registryType")), 9)):
+        needs = Needs()
+        if (config := _package_config(pkg, needs)) is not None:
+            hit.config, hit.needs, hit.source = config, needs, str(pkg["registryType"])
+            return hit
+    for remote in server.get("remotes") or []:
+        if not isinstance(remote, Mapping):
+            continue
+        needs = Needs()
+        if (config := _remote_config(remote, needs)) is not None:
+            hit.config, hit.needs, hit.source = config, needs, "remote"
+            return hit
+    hit.note = "no npm, PyPI or OCI package with stdio transport and no usable remote: nothing here can run it"
+    return hit
+
+
+def entry_tags(entry: Mapping[str, Any]) -> set[str]:
+    """Tags a `tag` filter matches: publisher-provided tags or keywords, package kinds, and `remote`."""
+    tags: set[str] = set()
+    server = entry.get("server", entry)
+    metas = [entry.get("_meta"), server.get("_meta") if isinstance(server, Mapping) else None]
+    for meta in metas:
+        if not isinstance(meta, Mapping):
+            continue
+        for value in meta.values():
+            if isinstance(value, Mapping):
+                for key in ("tags", "keywords", "categories"):
+                    if isinstance(value.get(key), list):
+                        tags.update(str(t).lower() for t in value[key])
+    if isinstance(server, Mapping):
+        for pkg in server.get("packages") or []:
+            if isinstance(pkg, Mapping) and pkg.get("registryType"):
+                tags.add(str(pkg["registryType"]).lower())
+        if server.get("remotes"):
+            tags.add("remote")
+    return tags
+
+
+def _is_latest(entry: Mapping[str, Any]) -> bool:
+    meta = entry.get("_meta")
+    official = meta.get("io.modelcontextprotocol.registry/official") if isinstance(meta, Mapping) else None
+    if isinstance(official, Mapping) and official.get("isLatest") is False:
+        return False
+    return not (isinstance(official, Mapping) and official.get("status") == "deleted")
+
+
+# -- the registries ---------------------------------------------------------------------------------
+
+
+def list_registries(configured: Mapping[str, RegistryConfig]) -> list[dict[str, Any]]:
+    """Every registry a client may search: the built-in one first. Tokens are never shown."""
+    out = [{"id": BUILTIN_ID, "name": "MCP reference servers (built in, offline)", "url": None,
+            "protocol": PROTOCOL, "builtin": True, "has_token": False}]
+    for rid, reg in sorted(configured.items()):
+        out.append({"id": rid, "name": reg.name, "url": reg.url, "protocol": reg.protocol, "builtin": False,
+                    "has_token": reg.token is not None})
+    return out
+
+
+def _public_address(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_unspecified)
+
+
+async def check_host(url: str, *, allow_private: bool) -> None:
+    """Refuse a registry whose host resolves to a non-public address (unless the operator allowed it)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RegistryError("the registry URL must be http:// or https:// with a host")
+    if allow_private:
+        return
+    try:
+        infos = await trio.socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
+                                              type=socket.SOCK_STREAM)
+    except OSError:
+        raise RegistryError(f"the registry host {parts.hostname} cannot be resolved") from None
+    for info in infos:
+        if not _public_address(info[4][0]):
+            raise RegistryError(
+                f"the registry host {parts.hostname} resolves to a loopback, private or link-local address;"
+                " set allow_private_registry_fetch = true in [mcpvisor] to allow it"
+            )
+
+
+def _servers_url(base: str) -> str:
+    base = base.rstrip("/")
+    if base.endswith("/v0.1/servers"):
+        return base
+    if base.endswith("/v0.1"):
+        return base + "/servers"
+    return base + "/v0.1/servers"
+
+
+@dataclass
+class RegistryClient:
+    """One configured registry over HTTP."""
+
+    rid: str
+    config: RegistryConfig
+    allow_private: bool = False
+    environ: Mapping[str, str] | None = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "mcpvisor"}
+        if self.config.token is not None:
+            try:
+                headers["Authorization"] = f"Bearer {resolve(self.config.token, self.environ)}"
+            except SecretError as exc:
+                raise RegistryError(f"registry {self.rid!r}: its token cannot be read: {exc}") from None
+        return headers
+
+    async def get_json(self, url: str, params: Mapping[str, str] | None = None) -> Any:
+        await check_host(url, allow_private=self.allow_private)
+        limit = f"{MAX_RESPONSE_BYTES // (1024 * 1024)} MB"
+        try:
+            # trust_env=False: a proxy from the environment would make the address check meaningless.
+            client = httpx2.AsyncClient(timeout=REQUEST_TIMEOUT, follow_redirects=False, trust_env=False)
+            request = {"params": dict(params or {}), "headers": self._headers()}
+            async with client as http, http.stream("GET", url, **request) as response:
+                if response.status_code == 404:
+                    raise RegistryError(f"registry {self.rid!r}: not found (HTTP 404)")
+                if 300 <= response.status_code < 400:
+                    raise RegistryError(f"registry {self.rid!r} answered with a redirect, which is not followed")
+                if response.status_code != 200:
+                    raise RegistryError(f"registry {self.rid!r} answered HTTP {response.status_code}")
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_RESPONSE_BYTES:
+                        raise RegistryError(f"registry {self.rid!r}: the response is larger than {limit}")
+        except httpx2.TimeoutException:
+            raise RegistryError(f"registry {self.rid!r} did not answer within {REQUEST_TIMEOUT:.0f} s") from None
+        except httpx2.HTTPError as exc:
+            raise RegistryError(f"registry {self.rid!r} cannot be reached: {type(exc).__name__}") from None
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise RegistryError(f"registry {self.rid!r} did not answer with JSON") from None
+
+    def _next_request(self, servers_url: str, cursor: str, params: dict[str, str]) -> tuple[str, dict[str, str]]:
+        """The request for the next page: a URL cursor only on the configured host, else the cursor param."""
+        if cursor.startswith(("http://", "https://")):
+            here, there = urlsplit(servers_url), urlsplit(cursor)
+            if (there.scheme, there.hostname, there.port) != (here.scheme, here.hostname, here.port):
+                raise RegistryError(f"registry {self.rid!r} pointed its next page at another host; not followed")
+            return cursor, {}
+        return servers_url, {**params, "cursor": cursor}
+
+    async def search(self, search: str | None, tag: str | None, limit: int) -> list[dict[str, Any]]:
+        servers_url = _servers_url(self.config.url)
+        params: dict[str, str] = {"limit": str(min(100, max(limit, 30) if tag else limit)), "version": "latest"}
+        if search:
+            params["search"] = search
+        found: list[dict[str, Any]] = []
+        url, page_params = servers_url, params
+        for _ in range(MAX_PAGES):
+            page = await self.get_json(url, page_params)
+            if not isinstance(page, dict) or not isinstance(page.get("servers"), list):
+                raise RegistryError(
+                    f"registry {self.rid!r} answered without a `servers` list: not the MCP Registry API"
+                )
+            for entry in page["servers"]:
+                if isinstance(entry, dict) and _is_latest(entry) and (not tag or tag.lower() in entry_tags(entry)):
+                    found.append(entry)
+            metadata = page.get("metadata") if isinstance(page.get("metadata"), dict) else {}
+            cursor = metadata.get("nextCursor")
+            if len(found) >= limit or not isinstance(cursor, str) or not cursor:
+                break
+            url, page_params = self._next_request(servers_url, cursor, params)
+        return found[:limit]
+
+    async def get(self, server_name: str) -> dict[str, Any]:
+        url = f"{_servers_url(self.config.url)}/{quote(server_name, safe='')}/versions/latest"
+        entry = await self.get_json(url)
+        if not isinstance(entry, dict) or not isinstance(entry.get("server", entry), dict):
+            raise RegistryError(f"registry {self.rid!r} answered without a server entry")
+        return entry
+
+
+def _check_limit(limit: Any) -> int:
+    if limit is None:
+        return DEFAULT_LIMIT
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise RegistryError(f"limit must be an integer from 1 to {MAX_LIMIT}")
+    return limit
+
+
+def _client(rid: str, configured: Mapping[str, RegistryConfig], allow_private: bool,
+            environ: Mapping[str, str] | None) -> RegistryClient:
+    if rid not in configured:
+        known = ", ".join([BUILTIN_ID, *sorted(configured)])
+        raise RegistryError(f"unknown registry {rid!r}; known: {known}")
+    return RegistryClient(rid, configured[rid], allow_private, environ)
+
+
+def _builtin_matches(search: str | None, tag: str | None) -> list[dict[str, Any]]:
+    needle = (search or "").lower()
+    out = []
+    for entry in BUILTIN_SERVERS:
+        server = entry["server"]
+        text = " ".join([server["name"], server.get("title", ""), server.get("description", "")]).lower()
+        if needle in text and (not tag or tag.lower() in entry_tags(entry)):
+            out.append(entry)
+    return out
+
+
+async def search_servers(
+    registry: str,
+    search: str | None = None,
+    tag: str | None = None,
+    limit: Any = None,
+    *,
+    configured: Mapping[str, RegistryConfig],
+    allow_private: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Hits (as dicts) of one registry, each with its ready-to-propose config and what it needs."""
+    count = _check_limit(limit)
+    if not isinstance(registry, str) or not registry:
+        raise RegistryError("registry must be the id of a registry (see list_registries)")
+    if registry == BUILTIN_ID:
+        entries = _builtin_matches(search, tag)[:count]
+    else:
+        entries = await _client(registry, configured, allow_private, environ).search(search, tag, count)
+    hits = []
+    for entry in entries:
+        try:
+            hits.append(entry_to_hit(entry).as_dict())
+        except RegistryError:
+            continue  # one malformed entry does not spoil the page
+    return hits
+
+
+@dataclass
+class Proposal:
+    """What `upstream_servers add_from_registry` proposes: pending until an operator approves it."""
+
+    name: str
+    config: dict[str, Any]
+    registry: str
+    registry_server: str
+    version: str | None
+    needs: Needs
+
+
+async def proposal_from_registry(
+    registry: str,
+    server_id: str,
+    *,
+    configured: Mapping[str, RegistryConfig],
+    allow_private: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Proposal:
+    """Look up one registry server (its latest version) and turn it into a proposal."""
+    if not isinstance(server_id, str) or not server_id or len(server_id) > 200:
+        raise RegistryError("id must be the registry's server name, as search_servers shows it")
+    if registry == BUILTIN_ID:
+        entry = next((e for e in BUILTIN_SERVERS if e["server"]["name"] == server_id), None)
+        if entry is None:
+            raise RegistryError(f"the built-in registry has no server {server_id!r}")
+    else:
+        entry = await _client(registry, configured, allow_private, environ).get(server_id)
+    hit = entry_to_hit(entry)
+    if hit.config is None:
+        raise RegistryError(f"registry server {server_id!r} cannot be run here: {hit.note}")
+    return Proposal(hit.suggested_name, hit.config, registry, hit.name, hit.version, hit.needs)
