@@ -340,10 +340,13 @@ _embedders: dict[Path | None, Embedder | ModelUnavailable] = {}
 def _shared_embedder(model_dir: Path | None) -> Embedder:
     """Load the model once per process and folder; a failure is remembered too."""
     if model_dir not in _embedders:
+        started = time.monotonic()
         try:
-            _embedders[model_dir] = load_embedder(model_dir)
+            _embedders[model_dir] = embedder = load_embedder(model_dir)
         except ModelUnavailable as error:
             _embedders[model_dir] = error
+        else:
+            log.info("tool search model %s loaded in %.2f s", embedder.fingerprint, time.monotonic() - started)
     loaded = _embedders[model_dir]
     if isinstance(loaded, ModelUnavailable):
         raise loaded
