@@ -1,19 +1,28 @@
-"""The frontend's line to the supervisor: control commands over a DEALER socket."""
+"""The frontend's line to the supervisor: control commands over a DEALER socket.
+
+The same line carries the supervisor's questions on an operator's behalf (`OperatorRequest`),
+answered by the `on_request` handler (frontend/operator.py).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
 import trio
 
 from mcpvisor.wire import codec
-from mcpvisor.wire.messages import Command, Reply
+from mcpvisor.wire.inbox import serve_messages
+from mcpvisor.wire.messages import Command, ControlMessage, OperatorReply, OperatorRequest, Reply
+from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger(__name__)
+
+RequestHandler = Callable[[OperatorRequest], Awaitable[OperatorReply]]
 
 
 class ControlError(Exception):
@@ -23,39 +32,43 @@ class ControlError(Exception):
 class ControlClient:
     """Sends commands to the supervisor and matches the replies (one receiving task)."""
 
-    def __init__(self, sock: ZSocket, *, timeout: float = 30.0) -> None:
+    def __init__(self, sock: ZSocket, *, timeout: float = 30.0, on_request: RequestHandler | None = None) -> None:
         self.sock = sock
         self.timeout = timeout
+        self.on_request = on_request
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[trio.Event, list[Reply]]] = {}
+        self._pending: PendingReplies[int, Reply] = PendingReplies()
 
     async def call(self, name: str, args: list[str] | None = None, data: Any = None) -> Any:
         """Run a control command; its result, or ControlError with the supervisor's message."""
         request_id = next(self._ids)
-        done, slot = self._pending[request_id] = (trio.Event(), [])
-        try:
+        with self._pending.expect(request_id) as slot:
             await self.sock.send_multipart(
                 codec.control.encode(Command(id=request_id, name=name, args=args or [], data=data))
             )
-            with trio.move_on_after(self.timeout):
-                await done.wait()
-        finally:
-            del self._pending[request_id]
-        if not slot:
-            raise ControlError(f"the supervisor did not answer '{name}' within {self.timeout:g}s")
-        reply = slot[0]
+            try:
+                reply = await slot.wait(self.timeout)
+            except trio.TooSlowError:
+                raise ControlError(f"the supervisor did not answer '{name}' within {self.timeout:g}s") from None
         if not reply.ok:
             raise ControlError(reply.error)
         return reply.result
 
     async def serve(self) -> None:
-        while True:
-            for frames in await self.sock.receive_batch():
-                try:
-                    msg, _ = codec.control.decode(frames)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    log.error("undecodable control reply: %s", exc)
-                    continue
-                if isinstance(msg, Reply) and (pending := self._pending.get(msg.id)) is not None:
-                    pending[1].append(msg)
-                    pending[0].set()
+        async with trio.open_nursery() as nursery:
+
+            async def handle(_envelope: list[bytes], msg: ControlMessage, _payload: bytes | None) -> None:
+                if isinstance(msg, Reply):
+                    self._pending.deliver(msg.id, msg)
+                elif isinstance(msg, OperatorRequest):
+                    nursery.start_soon(self._answer, msg)
+
+            await serve_messages(self.sock, codec.control, handle, what="control reply")
+
+    async def _answer(self, request: OperatorRequest) -> None:
+        if self.on_request is None:
+            reply = OperatorReply(id=request.id, error="this frontend does not take operator requests", exit_code=1)
+        else:
+            reply = await self.on_request(request)
+        with contextlib.suppress(trio.ClosedResourceError):  # the frontend is stopping
+            await self.sock.send_multipart(codec.control.encode(reply))

@@ -140,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcpvisor ctl",
         description="Control a running mcpvisor (as supervisorctl controls supervisord).",
-        epilog=command_help() + "\n\nexit codes: 0 ok, 1 error, 2 bad config, 3 something is not running (status), "
-        "4 unknown name or no mcpvisor answering",
+        epilog=command_help() + "\n\nexit codes: 0 ok, 1 error, 2 bad argument or bad config, "
+        "3 something is not running (status), 4 unknown name or no mcpvisor answering",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-c", "--config", help="the config file of the mcpvisor to control (finds its socket)")
@@ -191,7 +191,7 @@ def main(argv: list[str], config_path: Path) -> int:
     except NoDaemon as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         print(f"ERROR: undecodable answer: {exc}", file=sys.stderr)
         return 1
     finally:

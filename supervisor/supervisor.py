@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ import zmq
 
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor import configstore
-from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, load_all
+from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
 from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
@@ -26,7 +27,19 @@ from mcpvisor.wire import codec, frontend_spec, worker_spec
 from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
 from mcpvisor.wire.forkserver import ForkServer
-from mcpvisor.wire.messages import Command, ConfigChanged, ProcessEvent, Reply, Report
+from mcpvisor.wire.inbox import serve_messages
+from mcpvisor.wire.messages import (
+    Command,
+    ConfigChanged,
+    ControlMessage,
+    OperatorReply,
+    OperatorRequest,
+    ProcessEvent,
+    Reply,
+    Report,
+)
+from mcpvisor.wire.operator import Action, OperatorResult
+from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
 
@@ -34,8 +47,28 @@ log = logging.getLogger("mcpvisor.supervisor")
 
 FRONTEND = "frontend"
 WORKER_PREFIX = "worker:"
+OPERATOR_TIMEOUT = 30.0  # seconds the frontend has to answer an operator's request
 # The frontend has no server table; these are its process policy.
 FRONTEND_POLICY = Policy(startsecs=1, startretries=10, backoff_max=30, stopwaitsecs=10)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """Anyone who can reach the control socket chooses these strings: one short printable line."""
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _command_id(frames: list[bytes]) -> int | None:
+    """The id of a command that did not decode, if its header is a map with `t: cmd` and an int `id`."""
+    try:
+        header = msgspec.msgpack.decode(frames[0]) if len(frames) in (1, 2) else None
+    except (ValueError, RecursionError):  # msgspec's DecodeError is a ValueError, and so is bad UTF-8
+        return None
+    if isinstance(header, dict) and header.get("t") == "cmd":
+        request_id = header.get("id")
+        if isinstance(request_id, int) and not isinstance(request_id, bool) and 0 <= request_id < 2**63:
+            return request_id
+    return None
 
 
 def worker_name(server: str) -> str:
@@ -91,6 +124,10 @@ class Supervisor:
         self.commands = load_all()
         self.config_version = 0
         self._events: ZSocket | None = None
+        self._control: ZSocket | None = None
+        self._frontend_identity: bytes | None = None  # the frontend's DEALER, learnt from its reports
+        self._operator_ids = itertools.count(1)
+        self._operator_replies: PendingReplies[int, OperatorReply] = PendingReplies()
         self._nursery: trio.Nursery | None = None
         self._ops_lock = trio.Lock()  # one config-changing command at a time
         self.forkserver = ForkServer(
@@ -188,10 +225,12 @@ class Supervisor:
 
     # -- reports and the watchdog ----------------------------------------------------------------
 
-    def on_report(self, report: Report) -> None:
+    def on_report(self, report: Report, identity: bytes = b"") -> None:
         program = self.programs.get(report.name)
         if program is None or report.pid != program.pid:
             return  # a late report from a process that is already gone
+        if report.name == FRONTEND and identity:
+            self._frontend_identity = identity
         if report.fatal:
             program.spawn_error = f"upstream failed to start: {report.fatal}"
             return
@@ -240,44 +279,85 @@ class Supervisor:
     # -- control ---------------------------------------------------------------------------------
 
     async def _serve_control(self, sock: ZSocket, nursery: trio.Nursery) -> None:
-        while True:
-            for frames in await sock.receive_batch():
-                if len(frames) < 2:
-                    continue
-                identity = frames[0]
-                try:
-                    msg, _ = codec.control.decode(frames[1:])
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    log.warning("undecodable control message: %s", exc)
-                    continue
-                if isinstance(msg, Report):
-                    self.on_report(msg)
-                elif isinstance(msg, Command):
-                    nursery.start_soon(self._run_command, sock, identity, msg)
+        async def handle(envelope: list[bytes], msg: ControlMessage, _payload: bytes | None) -> None:
+            if isinstance(msg, Report):
+                self.on_report(msg, envelope[0])
+            elif isinstance(msg, Command):
+                nursery.start_soon(self._run_command, sock, envelope[0], msg)
+            elif isinstance(msg, OperatorReply):
+                self._operator_replies.deliver(msg.id, msg)
+
+        async def undecodable(envelope: list[bytes], frames: list[bytes], exc: Exception) -> None:
+            # A command we cannot read still gets an answer when it says who is waiting for one.
+            request_id = _command_id(frames)
+            if request_id is None:
+                log.warning("undecodable control message: %s", _clip(str(exc)))
+                return
+            reply = Reply(id=request_id, ok=False, error=f"malformed command: {_clip(str(exc))}", exit_code=EXIT_USAGE)
+            await self._send_reply(sock, envelope[0], reply)
+
+        await serve_messages(sock, codec.control, handle, envelope=1, undecodable=undecodable, what="control message")
 
     async def _run_command(self, sock: ZSocket, identity: bytes, cmd: Command) -> None:
+        """Run one command and answer it; nothing a command does can end the supervisor."""
         spec = self.commands.get(cmd.name)
-        if spec is None:
-            reply = Reply(id=cmd.id, ok=False, error=f"unknown command {cmd.name!r}", exit_code=EXIT_UNKNOWN)
-        else:
-            try:
-                result = await spec.handler(self, cmd.args, cmd.data)
-                reply = Reply(id=cmd.id, ok=True, result=result, exit_code=spec.exit_code(result))
-            except CommandError as exc:
-                reply = Reply(id=cmd.id, ok=False, error=exc.message, exit_code=exc.exit_code)
-            except ConfigError as exc:
-                reply = Reply(id=cmd.id, ok=False, error=str(exc), exit_code=2)
+        try:
+            if spec is None:
+                raise CommandError(f"unknown command {_clip(repr(cmd.name))}", EXIT_UNKNOWN)
+            result = await spec.handler(self, spec.parse(cmd.args, cmd.data))
+            reply = Reply(id=cmd.id, ok=True, result=result, exit_code=spec.exit_code(result))
+        except CommandError as exc:
+            reply = Reply(id=cmd.id, ok=False, error=_clip(exc.message, 2000), exit_code=exc.exit_code)
+        except ConfigError as exc:
+            reply = Reply(id=cmd.id, ok=False, error=_clip(str(exc), 2000), exit_code=EXIT_USAGE)
+        # A bug in one command must not end the service: it is logged with its traceback, and
+        # the operator gets an answer instead of a dead daemon.
+        except Exception as exc:
+            log.exception("command %s failed", _clip(cmd.name))
+            error = f"{cmd.name}: internal error ({type(exc).__name__}); the supervisor's log has the details"
+            reply = Reply(id=cmd.id, ok=False, error=_clip(error), exit_code=EXIT_ERROR)
         log.info(
             "command %s %s: %s",
-            cmd.name,
-            " ".join(cmd.args),
+            _clip(cmd.name),
+            _clip(" ".join(cmd.args)),
             "ok" if reply.ok else reply.error,
-            extra={"fields": {"event": "command", "command": cmd.name, "ok": reply.ok}},
+            extra={"fields": {"event": "command", "command": _clip(cmd.name), "ok": reply.ok}},
         )
+        await self._send_reply(sock, identity, reply)
+
+    async def _send_reply(self, sock: ZSocket, identity: bytes, reply: Reply) -> None:
         try:
-            await sock.send_multipart([identity, *codec.control.encode(reply)])
+            frames = codec.control.encode(reply)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A result msgpack cannot carry is a bug in its command; the asker still gets an answer.
+            log.error("reply to command %d not encodable: %s", reply.id, exc)
+            frames = codec.control.encode(
+                Reply(id=reply.id, ok=False, error="internal error: the result could not be sent", exit_code=1)
+            )
+        try:
+            await sock.send_multipart([identity, *frames])
         except (zmq.ZMQError, trio.ClosedResourceError) as exc:
             log.debug("control reply not delivered: %s", exc)
+
+    async def ask_frontend(self, action: Action, name: str = "", tools: list[str] | None = None) -> OperatorResult:
+        """Put an operator's request to the frontend, which holds the approvals; its answer."""
+        frontend = self.programs.get(FRONTEND)
+        identity = self._frontend_identity
+        if frontend is None or frontend.state is not ProcessState.RUNNING or identity is None or self._control is None:
+            raise CommandError("the frontend is not running (see `mcpvisor ctl status`); try again once it is")
+        request = OperatorRequest(id=next(self._operator_ids), action=action, name=name, tools=tools or [])
+        with self._operator_replies.expect(request.id) as slot:
+            try:
+                await self._control.send_multipart([identity, *codec.control.encode(request)])
+            except zmq.ZMQError as exc:
+                raise CommandError(f"the frontend cannot be reached: {exc.strerror}") from None
+            try:
+                reply = await slot.wait(OPERATOR_TIMEOUT)
+            except trio.TooSlowError:
+                raise CommandError(f"the frontend did not answer within {OPERATOR_TIMEOUT:g}s") from None
+        if reply.error or reply.result is None:
+            raise CommandError(reply.error or "the frontend gave no answer", reply.exit_code or EXIT_ERROR)
+        return reply.result
 
     # -- names -----------------------------------------------------------------------------------
 
@@ -399,7 +479,7 @@ class Supervisor:
         for endpoint in (self.endpoints.events, self.endpoints.control):
             os.chmod(endpoint.removeprefix("ipc://"), 0o600)
         self._events = ZSocket(events_raw)
-        control = ZSocket(control_raw)
+        control = self._control = ZSocket(control_raw)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

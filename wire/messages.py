@@ -12,6 +12,7 @@ import msgspec
 
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode
+from mcpvisor.wire.operator import Action, OperatorResult
 from mcpvisor.wire.states import ProcessState, UpstreamState
 
 
@@ -151,7 +152,25 @@ class ConfigChanged(_Msg, tag="config"):
     version: int = 0
 
 
-ControlMessage = Command | Reply | Report
+class OperatorRequest(_Msg, tag="opreq"):
+    """Supervisor -> frontend: an operator's question or decision about approvals (from `ctl`)."""
+
+    id: int
+    action: Action
+    name: str = ""
+    tools: list[str] = []
+
+
+class OperatorReply(_Msg, tag="oprep"):
+    """Frontend -> supervisor: the answer to `OperatorRequest` `id`; on failure, `error` says why."""
+
+    id: int
+    result: OperatorResult | None = None
+    error: str = ""
+    exit_code: int = 0
+
+
+ControlMessage = Command | Reply | Report | OperatorRequest | OperatorReply
 
 
 # ---- events: supervisor PUB, topic `process.<name>.<event>` --------------------------------------

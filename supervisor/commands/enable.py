@@ -6,16 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, command
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, Name, command
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 
-async def set_enabled(sup: Supervisor, args: list[str], enabled: bool) -> dict[str, Any]:
-    if len(args) != 1:
-        raise CommandError(f"usage: {'enable' if enabled else 'disable'} NAME")
-    name = args[0]
+async def set_enabled(sup: Supervisor, name: str, enabled: bool) -> dict[str, Any]:
     server = sup.config.servers.get(name)
     if server is None:
         raise CommandError(f"{name}: no such server", EXIT_UNKNOWN)
@@ -28,7 +25,7 @@ def render(result: dict[str, Any]) -> str:
     return f"{result['name']}: {'enabled' if result['enabled'] else 'disabled'}"
 
 
-@command("enable", usage="enable NAME", render=render)
-async def enable(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+@command("enable", args=Name, usage="enable NAME", render=render)
+async def enable(sup: Supervisor, args: Name) -> dict[str, Any]:
     """Enable a server: start its worker and write `enabled = true` to the config file."""
-    return await set_enabled(sup, args, True)
+    return await set_enabled(sup, args.name, True)

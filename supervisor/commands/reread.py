@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mcpvisor.supervisor.commands import command
+from mcpvisor.supervisor.commands import Args, command
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import ConfigDiff, Supervisor
@@ -30,7 +30,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 @command("reread", usage="reread", render=render)
-async def reread(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+async def reread(sup: Supervisor, args: Args) -> dict[str, Any]:
     """Read the config file again and show what changed, without applying it (see `update`)."""
     _new, diff = sup.reread()
     return diff_result(diff)

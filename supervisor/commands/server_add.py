@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mcpvisor.supervisor import configstore
-from mcpvisor.supervisor.commands import CommandError, command
+from mcpvisor.supervisor.commands import Args, CommandError, command
 from mcpvisor.wire.config import SERVER_NAME
 from mcpvisor.wire.secrets import redact_table
 
@@ -22,17 +22,20 @@ def redacted(table: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
-@command("server.add", ctl=False)
-async def server_add(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+class AddArgs(Args):
+    name: str
+    config: dict[str, Any] = {}
+
+
+@command("server.add", args=AddArgs, ctl=False)
+async def server_add(sup: Supervisor, args: AddArgs) -> dict[str, Any]:
     """Add a server (data: {name, config}); it starts quarantined, and the config file is updated."""
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        raise CommandError("server.add needs data {name: str, config: {...}}")
-    name = data["name"]
+    name = args.name
     if not SERVER_NAME.match(name) or name == "frontend":
         raise CommandError(f"invalid server name {name!r}: letters, digits, '_', '-', '.', at most 63 characters")
     if name in sup.config.servers:
         raise CommandError(f"server {name!r} already exists (use patch to change it)")
-    table = dict(data.get("config") or {})
+    table = dict(args.config)
     # Tools of a server nobody has reviewed yet are not shown to models until an operator approves.
     table["quarantined"] = True
     server = configstore.server_from_table(name, table, source=f"server {name!r}")

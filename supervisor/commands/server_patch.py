@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mcpvisor.supervisor import configstore
-from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, command
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, Args, CommandError, command
 from mcpvisor.supervisor.commands.server_add import redacted
 from mcpvisor.wire.merge import deep_merge
 
@@ -13,16 +13,19 @@ if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 
-@command("server.patch", ctl=False)
-async def server_patch(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+class PatchArgs(Args):
+    name: str
+    patch: dict[str, Any]
+
+
+@command("server.patch", args=PatchArgs, ctl=False)
+async def server_patch(sup: Supervisor, args: PatchArgs) -> dict[str, Any]:
     """Change a server by deep merge (data: {name, patch}): scalars replace, maps merge, null removes."""
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(data.get("patch"), dict):
-        raise CommandError("server.patch needs data {name: str, patch: {...}}")
-    name = data["name"]
+    name = args.name
     current = sup.config.servers.get(name)
     if current is None:
         raise CommandError(f"{name}: no such server", EXIT_UNKNOWN)
-    merged = deep_merge(configstore.server_table(current), data["patch"])
+    merged = deep_merge(configstore.server_table(current), args.patch)
     server = configstore.server_from_table(name, merged, source=f"server {name!r}")
     if server != current:
         await sup.change_server(name, server)

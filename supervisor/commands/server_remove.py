@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, command
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, Name, command
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 
-@command("server.remove", ctl=False)
-async def server_remove(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+@command("server.remove", args=Name, usage="server.remove NAME", ctl=False)
+async def server_remove(sup: Supervisor, args: Name) -> dict[str, Any]:
     """Remove a server: stop its worker and delete its table from the config file."""
-    if len(args) != 1:
-        raise CommandError("usage: server.remove NAME")
-    name = args[0]
+    name = args.name
     if name not in sup.config.servers:
         raise CommandError(f"{name}: no such server", EXIT_UNKNOWN)
     await sup.change_server(name, None)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from mcpvisor.supervisor.commands import command
+from mcpvisor.supervisor.commands import Args, command
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 
 @command("shutdown", usage="shutdown", render=lambda _result: "Shut down")
-async def shutdown(sup: Supervisor, args: list[str], data: Any) -> None:
+async def shutdown(sup: Supervisor, args: Args) -> None:
     """Stop every process gracefully and exit the supervisor (as SIGTERM does)."""
     sup.shutdown_requested.set()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_OK, command
+from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_OK, Names, command
 from mcpvisor.wire.states import ProcessState
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ def started_rows(sup: Supervisor, programs: list[Program], done: str) -> list[di
     return rows
 
 
-@command("start", usage="start NAME...|all", render=render_outcomes, exit_code=outcomes_exit)
-async def start(sup: Supervisor, args: list[str], data: Any) -> list[dict[str, Any]]:
+@command("start", args=Names, usage="start NAME...|all", render=render_outcomes, exit_code=outcomes_exit)
+async def start(sup: Supervisor, args: Names) -> list[dict[str, Any]]:
     """Start processes and wait until each is RUNNING; also the only way out of FATAL."""
-    programs = sup.resolve(args)
+    programs = sup.resolve(args.names)
     await sup.start_programs(programs)
     return started_rows(sup, programs, "started")

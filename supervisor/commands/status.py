@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mcpvisor.supervisor.commands import EXIT_NOT_RUNNING, EXIT_OK, command
+from mcpvisor.supervisor.commands import EXIT_NOT_RUNNING, EXIT_OK, Names, command
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -32,15 +32,15 @@ def exit_code(rows: list[dict[str, Any]]) -> int:
     return EXIT_OK if all(row["state"] == "RUNNING" for row in rows) else EXIT_NOT_RUNNING
 
 
-@command("status", usage="status [NAME...]", render=render, exit_code=exit_code)
-async def status(sup: Supervisor, args: list[str], data: Any) -> list[dict[str, Any]]:
+@command("status", args=Names, usage="status [NAME...]", render=render, exit_code=exit_code)
+async def status(sup: Supervisor, args: Names) -> list[dict[str, Any]]:
     """Show every process (or NAME...): state, pid and uptime, and each upstream's state and tools.
 
     Disabled servers are listed as STOPPED. Exits 3 when something is not running, 4 for an
     unknown name.
     """
-    if args:
-        return [sup.status_row(program) for program in sup.resolve(args, allow_all=True)]
+    if args.names:
+        return [sup.status_row(program) for program in sup.resolve(args.names, allow_all=True)]
     rows = [sup.status_row(program) for program in sup.programs.values()]
     for name, server in sup.config.servers.items():
         if not server.enabled:

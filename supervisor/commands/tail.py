@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from mcpvisor.supervisor.commands import EXIT_UNKNOWN, CommandError, command
+import msgspec
+
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
 from mcpvisor.wire.logs import tail_lines
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 _MAX_CHUNK = 1024 * 1024  # a follower that fell far behind gets the newest megabyte
+MAX_LINES = 100_000
 
 
 def log_files(sup: Supervisor, name: str) -> dict[str, Path]:
@@ -50,37 +53,37 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-@command("tail", usage="tail [-f] NAME [worker|stderr] [-n LINES]", render=render)
-async def tail(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+class TailArgs(Args):
+    name: str
+    stream: str | None = None
+    lines: Annotated[int, msgspec.Meta(ge=0, le=MAX_LINES)] = 40
+    offsets: dict[str, Annotated[int, msgspec.Meta(ge=0)]] | None = msgspec.field(default=None, name="from")
+
+
+@command(
+    "tail",
+    args=TailArgs,
+    options={"-n": "lines", "--lines": "lines", "--from": "from"},
+    usage="tail [-f] NAME [worker|stderr] [-n LINES]",
+    render=render,
+)
+async def tail(sup: Supervisor, args: TailArgs) -> dict[str, Any]:
     """Show the end of a server's logs: the worker's log and the upstream's stderr (or one of them).
 
-    `-f` follows them. `tail frontend` shows the frontend's log.
+    `-f` follows them. `tail frontend` shows the frontend's log. `-n` (at most 100000) sets how many
+    lines.
     """
-    lines = 40
-    offsets: dict[str, int] | None = None
-    names = []
-    rest = list(args)
-    while rest:
-        arg = rest.pop(0)
-        if arg in ("-n", "--lines") and rest:
-            lines = int(rest.pop(0))
-        elif arg == "--from" and rest:
-            offsets = {k: int(v) for k, v in (item.split("=", 1) for item in rest.pop(0).split(",") if "=" in item)}
-        else:
-            names.append(arg)
-    if not names:
-        raise CommandError("usage: tail [-f] NAME [worker|stderr]")
-    files = log_files(sup, names[0])
-    if len(names) > 1:
-        if names[1] not in files:
-            raise CommandError(f"{names[0]} has no {names[1]!r} log (choose from {', '.join(files)})")
-        files = {names[1]: files[names[1]]}
+    files = log_files(sup, args.name)
+    if args.stream is not None:
+        if args.stream not in files:
+            raise CommandError(f"{args.name} has no {args.stream!r} log (choose from {', '.join(files)})", EXIT_USAGE)
+        files = {args.stream: files[args.stream]}
     streams = []
     for label, path in files.items():
-        if offsets is None:
-            text = "\n".join(tail_lines(path, lines))
+        if args.offsets is None:
+            text = "\n".join(tail_lines(path, args.lines))
             size = path.stat().st_size if path.exists() else 0
         else:
-            text, size = read_from(path, offsets.get(label, 0))
+            text, size = read_from(path, args.offsets.get(label, 0))
         streams.append({"stream": label, "path": str(path), "text": text, "offset": size})
-    return {"name": names[0], "streams": streams, "follow": offsets is not None}
+    return {"name": args.name, "streams": streams, "follow": args.offsets is not None}

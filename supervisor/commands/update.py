@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mcpvisor.supervisor.commands import command
+from mcpvisor.supervisor.commands import Args, command
 from mcpvisor.supervisor.commands.reread import diff_result
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 @command("update", usage="update", render=render)
-async def update(sup: Supervisor, args: list[str], data: Any) -> dict[str, Any]:
+async def update(sup: Supervisor, args: Args) -> dict[str, Any]:
     """Apply the config file: start added servers, restart changed ones, stop removed ones.
 
     Unchanged workers keep running with their upstream session. A broken file changes nothing.

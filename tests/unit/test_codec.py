@@ -22,6 +22,8 @@ from mcpvisor.wire.messages import (
     Failure,
     Heartbeat,
     Notify,
+    OperatorReply,
+    OperatorRequest,
     ProcessEvent,
     Reply,
     Report,
@@ -30,6 +32,7 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
+from mcpvisor.wire.operator import Decision, Finding, Inspection, Pending, PendingServer, ToolReview
 from mcpvisor.wire.states import ProcessState, UpstreamState
 
 # Every message type with every field set away from its default, next to the codec of its channel.
@@ -70,6 +73,50 @@ MESSAGES = [
             discoveries=3,
         ),
     ),
+    (codec.control, OperatorRequest(id=8, action="approve", name="github", tools=["create_issue"])),
+    (
+        codec.control,
+        OperatorReply(
+            id=8,
+            result=Pending(
+                servers=[
+                    PendingServer(
+                        name="github", reason="changed", state="ready", tools=3, risk="low", changed=["create_issue"]
+                    )
+                ]
+            ),
+            error="partly",
+            exit_code=1,
+        ),
+    ),
+    (
+        codec.control,
+        OperatorReply(
+            id=9,
+            result=Inspection(
+                name="github",
+                quarantined=True,
+                enabled=True,
+                connected=True,
+                transport="stdio",
+                command=["github-mcp", "--read-only"],
+                env=["GITHUB_TOKEN"],
+                risk="high",
+                score=7.5,
+                tools=[
+                    ToolReview(
+                        tool="create_issue",
+                        approval="not approved",
+                        risk="high",
+                        score=7.5,
+                        summary="hidden instruction",
+                        findings=[Finding(kind="poisoning", rule="hidden", severity="high", evidence="<x>")],
+                    )
+                ],
+            ),
+        ),
+    ),
+    (codec.control, OperatorReply(id=10, result=Decision(name="github", action="block", quarantined=True))),
     (codec.events, ProcessEvent(name="github", state=ProcessState.BACKOFF, pid=4121, description="exit 1")),
     (
         codec.events,

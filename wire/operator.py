@@ -1,0 +1,88 @@
+"""What the supervisor asks the frontend on an operator's behalf, and the answers.
+
+Approvals (tool pins) and the security analysis live in the frontend; `mcpvisor ctl pending`,
+`inspect`, `approve` and `block` reach them through the supervisor as an `OperatorRequest`
+(wire/messages.py) answered by an `OperatorReply` carrying one of the results below.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Action = Literal["pending", "inspect", "approve", "block"]
+
+
+class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
+    """A server waiting for an operator: quarantined, or approved once and changed since."""
+
+    name: str
+    reason: Literal["quarantined", "changed"]
+    state: str  # the upstream's state, or "not running"
+    tools: int
+    risk: str
+    changed: list[str] = []
+    added: list[str] = []
+    removed: list[str] = []
+
+
+class Finding(msgspec.Struct, kw_only=True, frozen=True):
+    kind: str
+    rule: str
+    severity: str
+    evidence: str
+    location: str = "description"
+    detail: str = ""
+
+
+class ToolReview(msgspec.Struct, kw_only=True, frozen=True):
+    """One tool as the security analysis sees it, and where it stands against the approved pins."""
+
+    tool: str
+    approval: Literal["approved", "not approved", "changed since approval", "new since approval"]
+    risk: str
+    score: float
+    summary: str
+    findings: list[Finding] = []
+
+
+class _Result(msgspec.Struct, tag_field="kind", kw_only=True, frozen=True):
+    pass
+
+
+class Pending(_Result, tag="pending", kw_only=True):
+    servers: list[PendingServer]
+
+
+class Inspection(_Result, tag="inspection", kw_only=True):
+    """What an operator needs to decide: what runs, where it connects, what its tools say."""
+
+    name: str
+    quarantined: bool
+    enabled: bool
+    connected: bool
+    transport: str
+    command: list[str] = []  # the program and its arguments, for a stdio server
+    cwd: str = ""
+    url: str = ""  # credentials in it are redacted
+    env: list[str] = []  # names only: values may be secrets
+    headers: list[str] = []
+    risk: str
+    score: float
+    counts: dict[str, int] = {}
+    tools: list[ToolReview] = []
+    removed_since_approval: list[str] = []
+
+
+class Decision(_Result, tag="decision", kw_only=True):
+    """What `approve` or `block` changed."""
+
+    name: str
+    action: Literal["approve", "block"]
+    quarantined: bool
+    tools: list[str] = []  # the tools approved or blocked by name; empty: the whole server
+    approved_tools: list[str] = []  # every tool of the server approved after this decision
+
+
+OperatorResult = Pending | Inspection | Decision
