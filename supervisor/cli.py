@@ -35,9 +35,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
-    if (problem := trust.exposure_problem(config.mcpvisor)) is not None:
-        print(f"mcpvisor: config error: {path}: {problem}", file=sys.stderr)
-        return 2
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
     log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
@@ -54,9 +51,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         config = config_mod.load(path)
     except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
-        return 2
-    if (problem := trust.exposure_problem(config.mcpvisor)) is not None:
-        print(f"mcpvisor: config error: {path}: {problem}", file=sys.stderr)
         return 2
     print(f"{path}: ok, {len(config.servers)} servers")
     return 0

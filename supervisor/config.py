@@ -19,6 +19,7 @@ from mcpvisor.wire.config import (
     parse_listen,
 )
 from mcpvisor.wire.secrets import SECRET_REF
+from mcpvisor.wire.trust import exposure_problem
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -73,6 +74,9 @@ def _check(config: Config, text: str, source: str) -> None:
         parse_listen(config.mcpvisor.listen)
     except ConfigError as exc:
         raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'listen']) or '?'}: {exc}") from None
+    # Here rather than at start-up alone, so that a reload cannot open the listener either.
+    if (problem := exposure_problem(config.mcpvisor)) is not None:
+        raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'listen']) or '?'}: {problem}")
     for name, server in config.servers.items():
         where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
         if name == "frontend":

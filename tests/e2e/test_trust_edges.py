@@ -343,3 +343,15 @@ async def test_files_are_private_and_a_runtime_change_keeps_the_configs_mode(tmp
             assert _mode(directory) == 0o700, directory
         for path in files:
             assert _mode(path) == 0o600, path
+
+
+async def test_a_reload_cannot_open_the_listener_to_the_network_either(tmp_path: Path) -> None:
+    async with open_stack(tmp_path, {"echo": echo_server()}) as stack:
+        text = stack.config_path.read_text()
+        stack.config_path.write_text(text.replace(f'"127.0.0.1:{stack.port}"', f'"0.0.0.0:{stack.port}"'))
+        code, output = await stack.actl("update", json_output=False)
+        assert code != 0, output
+        assert "allow_unauthenticated_network = true" in output, output
+        async with stack.client() as client:  # still served, still on loopback only
+            assert (await client.call_tool("echo:echo", {"text": "kept"})).content[0].text == "kept"
+        assert (await stack.health())["servers"]["echo"]["state"] == "ready"
