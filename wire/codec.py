@@ -27,7 +27,12 @@ class Codec(Generic[M]):
         """Decode [header] or [header, payload]; raises msgspec.DecodeError on garbage."""
         if not frames or len(frames) > 2:
             raise msgspec.DecodeError(f"expected 1 or 2 frames, got {len(frames)}")
-        msg = self._decoder.decode(frames[0])
+        try:
+            msg = self._decoder.decode(frames[0])
+        except (UnicodeDecodeError, RecursionError) as exc:
+            # msgspec lets bad UTF-8 in a string and nesting deeper than the stack through as these;
+            # every receiver handles garbage as DecodeError, so that is what it gets.
+            raise msgspec.DecodeError(f"undecodable message: {type(exc).__name__}") from None
         return msg, (frames[1] if len(frames) == 2 else None)
 
 

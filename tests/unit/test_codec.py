@@ -193,12 +193,23 @@ def test_empty_payload_is_kept_apart_from_no_payload() -> None:
         [b""],
         [codec.calls.encode(Request(id=1, method="m", timeout=1.0))[0][:-3]],  # truncated
         [b"\xc1", b"{}"],
+        [b"\x82\xa1t\xa3req\xa6method\xa3\xbe\xbe\xbe"],  # a string that is not UTF-8
     ],
-    ids=["bad-opcode", "empty", "truncated", "bad-header-with-payload"],
+    ids=["bad-opcode", "empty", "truncated", "bad-header-with-payload", "bad-utf8"],
 )
 def test_garbage_header_is_a_decode_error(frames: list[bytes]) -> None:
     with pytest.raises(msgspec.DecodeError) as info:
         codec.calls.decode(frames)
+
+    assert type(info.value) is msgspec.DecodeError
+
+
+def test_data_nested_deeper_than_the_stack_is_a_decode_error() -> None:
+    header = msgspec.msgpack.encode({"t": "cmd", "id": 1, "name": "x"})
+    deep = b"\x84" + header[1:] + msgspec.msgpack.encode("data") + b"\x91" * 100_000 + b"\xc0"
+
+    with pytest.raises(msgspec.DecodeError) as info:
+        codec.control.decode([deep])
 
     assert type(info.value) is msgspec.DecodeError
 
