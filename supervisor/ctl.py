@@ -176,6 +176,9 @@ def main(argv: list[str], config_path: Path) -> int:
         print(f"no such command: {opts.command} (see mcpvisor ctl help)", file=sys.stderr)
         return EXIT_UNKNOWN
     args = list(opts.args)
+    if "--json" in args:  # `ctl approve NAME --json` means what `ctl --json approve NAME` does
+        args = [arg for arg in args if arg != "--json"]
+        opts.json = True
     follow = opts.command == "tail" and "-f" in args
     if follow:
         args.remove("-f")

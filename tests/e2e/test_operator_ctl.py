@@ -166,6 +166,8 @@ async def test_operator_commands_refuse_bad_arguments_and_unknown_names(tmp_path
         code, answer = await ctl(stack, "inspect", "alpha", "extra")
         assert code == 2 and answer["exit_code"] == 2 and "'extra'" in answer["error"]
 
+        code, text = await ctl_text(stack, "inspect", "alpha", "--json")
+        assert code == 0 and json.loads(text)["name"] == "alpha"
         code, answer = await ctl(stack, "inspect", "nope")
         assert code == 4 and "no such server" in answer["error"]
         code, answer = await ctl(stack, "approve", "alpha", "no_such_tool")
