@@ -88,7 +88,7 @@ _PRELUDE = r"""
       let slice = 0.05;
       while (A.load(flags, 0) === 0) {
         A.wait(flags, 0, 0, slice);
-        if (slice < 20) slice *= 2;
+        if (slice < 1) slice *= 2;  // at most 1 ms late: Python cannot Atomics.notify
       }
       const n = flags[1];
       for (let i = 0; i < n; i += 8192) reply += fromCharCode.apply(null, units.subarray(i, Math.min(n, i + 8192)));
@@ -254,7 +254,7 @@ class Sandbox:
 
         # The hard limit below stops a script politely; this V8 flag is the backstop that ends the
         # process if one allocation leaps past it.
-        init_mini_racer(flags=(*DEFAULT_V8_FLAGS, f"--max-old-space-size={heap_mb + 16}"), ignore_duplicate_init=True)
+        init_mini_racer(flags=(*DEFAULT_V8_FLAGS, f"--max-old-space-size={heap_mb * 2}"), ignore_duplicate_init=True)
         self._out = out
         self._heap_bytes = heap_mb * 1024 * 1024
         self._events: queue.Queue[tuple[str, Any]] = queue.Queue()
