@@ -16,9 +16,11 @@ replayed: it may have run).
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import json
 import os
+import re
 import signal
 import sys
 import tomllib
@@ -57,6 +59,8 @@ NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "
 PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
 LIST_CHANGED = ("tools", "resources", "prompts")
 CONNECTION_LOST = -32000
+_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
+_BASE64_SENTINEL = re.compile(r"=\?base64\?.*\?=")
 BACKOFF_MAX = 2.0
 
 
@@ -135,6 +139,13 @@ def parse_args(argv: list[str]) -> Options:
         serve_config=config if args.serve else None,
         reconnect_timeout=args.reconnect_timeout,
     )
+
+
+def header_value(value: str) -> str:
+    """`value` as an HTTP header value: verbatim when it is plain printable ASCII, else `=?base64?...?=`."""
+    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not _BASE64_SENTINEL.fullmatch(value):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode()).decode('ascii')}?="
 
 
 def one_line(data: bytes) -> bytes:
@@ -220,13 +231,11 @@ class Bridge:
         meta = params.get("_meta") if isinstance(params, dict) else None
         if message and isinstance(meta, dict) and isinstance(meta.get(PROTOCOL_VERSION_META_KEY), str):
             # A 2026-07-28 client carries its version in each request; HTTP intermediaries read headers.
-            from mcp.shared.inbound import encode_header_value
-
             headers["MCP-Protocol-Version"] = meta[PROTOCOL_VERSION_META_KEY]
             headers["Mcp-Method"] = str(message.get("method"))
             key = NAME_BEARING.get(str(message.get("method")))
             if key and isinstance(params, dict) and isinstance(params.get(key), str):
-                headers["Mcp-Name"] = encode_header_value(params[key])
+                headers["Mcp-Name"] = header_value(params[key])
         return headers
 
     async def _post(self, message: dict[str, Any], raw: bytes, deliver: Any) -> None:
