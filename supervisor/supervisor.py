@@ -146,6 +146,7 @@ class Supervisor:
             events_endpoint=self.endpoints.events,
             config_path=str(self.config_path),
             data_dir=str(self.data_dir),
+            registries=self.config.registries,
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
         return Launch([sys.executable, "-P", "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")
