@@ -48,6 +48,8 @@ RECIPE_VERSION = "1"
 # Token vectors of a text beyond this many are ignored: a tool description the length of a manual
 # says what the tool does in its first paragraphs, and the cost of embedding stays bounded.
 MAX_TOKENS = 512
+# Token vectors gathered at once while embedding many texts (float16: 512 bytes each).
+CHUNK_TOKENS = 16_384
 
 
 class ModelUnavailable(Exception):
@@ -81,20 +83,26 @@ class Embedder:
         """Return one float32 row per text: the normalized mean of its token vectors (zeros for none)."""
         import numpy as np
 
-        ids: list[int] = []
-        counts = np.zeros(len(texts), dtype=np.int64)
-        for i, text in enumerate(texts):
-            # encode() one at a time: encode_batch starts a thread pool, and a process that forks
-            # after using it has the tokenizers library print warnings and disable it.
-            token_ids = self.tokenizer.encode(text, add_special_tokens=False).ids[:MAX_TOKENS]
-            ids.extend(token_ids)
-            counts[i] = len(token_ids)
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        present = counts > 0
-        if ids:
-            rows = self.table[np.asarray(ids, dtype=np.int64)].astype(np.float32)
-            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[present]
-            vectors[present] = np.add.reduceat(rows, starts, axis=0)
+        start = 0
+        while start < len(texts):
+            ids: list[int] = []
+            counts: list[int] = []
+            # Texts are summed a chunk at a time, so that an upstream of thousands of long tools
+            # costs a few MB of token vectors at once rather than one per token of all of them.
+            while start + len(counts) < len(texts) and len(ids) < CHUNK_TOKENS:
+                # encode() one at a time: encode_batch starts a thread pool, and a process that
+                # forks after using it has the tokenizers library print warnings and disable it.
+                token_ids = self.tokenizer.encode(texts[start + len(counts)], add_special_tokens=False).ids
+                ids.extend(token_ids[:MAX_TOKENS])
+                counts.append(min(len(token_ids), MAX_TOKENS))
+            chunk = np.asarray(counts, dtype=np.int64)
+            present = chunk > 0
+            if ids:
+                offsets = np.concatenate(([0], np.cumsum(chunk)[:-1]))[present]
+                sums = np.add.reduceat(self.table[np.asarray(ids, dtype=np.int64)], offsets, axis=0, dtype=np.float32)
+                vectors[start : start + len(counts)][present] = sums
+            start += len(counts)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         np.divide(vectors, norms, out=vectors, where=norms > 0)
         return vectors

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from mcpvisor.frontend import semantic
 from mcpvisor.frontend.semantic import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
@@ -108,6 +109,19 @@ def test_a_text_embeds_the_same_alone_and_in_a_batch(embedder: Embedder) -> None
 
     for text, row in zip(texts, batch, strict=True):
         assert embedder.embed([text])[0] == pytest.approx(row, abs=1e-6)
+
+
+def test_a_batch_larger_than_one_chunk_embeds_as_its_texts_do_alone(
+    embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [f"Tool number {number} reads invoices and writes receipts" for number in range(40)] + ["", "ok"]
+    alone = np.stack([embedder.embed([text])[0] for text in texts])
+    monkeypatch.setattr(semantic, "CHUNK_TOKENS", 25)
+
+    chunked = embedder.embed(texts)
+
+    assert chunked == pytest.approx(alone, abs=1e-6)
+    assert not chunked[-2].any()
 
 
 @pytest.mark.parametrize(
