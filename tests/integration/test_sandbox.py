@@ -381,10 +381,12 @@ async def test_each_run_starts_from_a_clean_global_scope(pool: SandboxPool) -> N
     assert ok_value(await run(pool, code="[typeof leftover, ({}).polluted === undefined]")) == ["undefined", True]
 
 
-async def test_concurrent_runs_share_the_pool(tmp_path: Path) -> None:
+async def test_concurrent_runs_share_the_pool() -> None:
     sandboxes = SandboxPool(size=2, heap_mb=64)
     results: list[Any] = []
     try:
+        await sandboxes.warm()
+        assert sandboxes.started == 1
         async with trio.open_nursery() as nursery:
             for n in range(4):
 
