@@ -272,13 +272,16 @@ class SandboxProcess:
     async def start(cls, heap_mb: int = DEFAULT_HEAP_MB, python: str = sys.executable) -> SandboxProcess:
         # No inherited environment: the script cannot see it anyway, and the process needs none of it.
         env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        child = lifetime.spawn(
-            [python, "-m", "mcpvisor.workers.sandbox", "--heap-mb", str(heap_mb)],
-            env=env,
-            cwd="/",
-            stdin_pipe=True,
-            stdout_pipe=True,
-        )
+        try:
+            child = lifetime.spawn(
+                [python, "-m", "mcpvisor.workers.sandbox", "--heap-mb", str(heap_mb)],
+                env=env,
+                cwd="/",
+                stdin_pipe=True,
+                stdout_pipe=True,
+            )
+        except OSError as exc:
+            raise SandboxDied(f"the code_execution sandbox cannot be started: {exc.strerror or exc}") from None
         process = cls(child)
         try:
             with trio.fail_after(30):

@@ -413,3 +413,10 @@ async def test_odd_strings_cross_both_ways(pool: SandboxPool) -> None:
     value = ok_value(await run(pool, door, code=code, input={"s": "zé✓"}))
     assert value == ["zé✓\ud800", "\udfff"]
     assert door.calls[0][2] == {"s": "zé✓\ud800"}
+
+
+async def test_a_sandbox_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
+    sandboxes = SandboxPool(size=1, python=str(tmp_path / "no-such-python"))
+    outcome = await execute_code({"code": "1"}, FakeDoor(), pool=sandboxes)
+    assert error_of(outcome)["code"] == "SANDBOX_UNAVAILABLE"
+    await sandboxes.aclose()
