@@ -30,6 +30,14 @@ from urllib.parse import quote, urlsplit
 import httpx2
 import trio
 
+from mcpvisor.frontend.tool_args import (
+    ToolInputError,
+    check_parameters,
+    error_result,
+    get_integer,
+    get_string,
+    json_result,
+)
 from mcpvisor.wire.config import RegistryConfig
 from mcpvisor.wire.secrets import SecretError, resolve
 
@@ -523,3 +531,64 @@ async def proposal_from_registry(
     if hit.config is None:
         raise RegistryError(f"registry server {server_id!r} cannot be run here: {hit.note}")
     return Proposal(hit.suggested_name, hit.config, registry, hit.name, hit.version, hit.needs)
+
+
+# -- the built-in tools -----------------------------------------------------------------------------
+
+LIST_REGISTRIES_TOOL: dict[str, Any] = {
+    "name": "list_registries",
+    "description": "List the MCP server registries that search_servers can search: the built-in offline list of the"
+    " MCP reference servers and the registries the operator configured.",
+    "inputSchema": {"type": "object", "properties": {}},
+    "annotations": {"title": "List server registries", "readOnlyHint": True, "openWorldHint": False},
+}
+
+SEARCH_SERVERS_TOOL: dict[str, Any] = {
+    "name": "search_servers",
+    "description": "Search one registry (see list_registries) for MCP servers. Each hit has name, description,"
+    " version, a ready-to-propose config (a stdio command from its npm, PyPI or OCI package, or its remote URL and"
+    " transport) and `needs`: the env variables, headers and arguments it asks for and whether any is a secret."
+    " Propose one with upstream_servers add_from_registry; an operator approves it before it runs.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "registry": {"type": "string", "description": "A registry id from list_registries."},
+            "search": {"type": "string", "description": "Text to look for in server names."},
+            "tag": {"type": "string", "description": "Keep servers with this tag (also: npm, pypi, oci, remote)."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT},
+        },
+        "required": ["registry"],
+    },
+    "annotations": {"title": "Search a server registry", "readOnlyHint": True, "openWorldHint": True},
+}
+
+
+def answer_list_registries(configured: Mapping[str, RegistryConfig]) -> dict[str, Any]:
+    """The `list_registries` tool result."""
+    registries = list_registries(configured)
+    return json_result({"registries": registries, "total": len(registries)})
+
+
+async def answer_search_servers(
+    arguments: Mapping[str, Any],
+    configured: Mapping[str, RegistryConfig],
+    *,
+    allow_private: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The `search_servers` tool result; bad arguments and registry failures are `isError` results."""
+    try:
+        check_parameters(arguments, ("registry", "search", "tag", "limit"), what="search_servers")
+        registry = get_string(arguments, "registry", required=True, max_length=64)
+        search = get_string(arguments, "search", max_length=200)
+        tag = get_string(arguments, "tag", max_length=100)
+        limit = get_integer(arguments, "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
+    except ToolInputError as exc:
+        return error_result(exc.message)
+    assert registry is not None
+    try:
+        hits = await search_servers(registry, search, tag, limit, configured=configured, allow_private=allow_private,
+                                    environ=environ)
+    except RegistryError as exc:
+        return error_result(str(exc))
+    return json_result({"registry": registry, "servers": hits, "total": len(hits)})

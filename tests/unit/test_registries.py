@@ -18,6 +18,8 @@ from mcpvisor.frontend.registries import (
     MAX_RESPONSE_BYTES,
     RegistryError,
     _public_address,
+    answer_list_registries,
+    answer_search_servers,
     entry_to_hit,
     list_registries,
     proposal_from_registry,
@@ -253,3 +255,19 @@ async def test_a_broken_registry_gives_a_clear_error(registry_port: int, registr
     with pytest.raises(RegistryError, match=message) as err:
         await search_servers(registry, "paged", configured=registries(registry_port), allow_private=True)
     assert registry in str(err.value)
+
+
+# -- the tools' answers -----------------------------------------------------------------------------
+
+
+async def test_search_servers_tool_answers() -> None:
+    listing = answer_list_registries({})
+    assert listing["isError"] is False and listing["structuredContent"]["registries"][0]["id"] == BUILTIN_ID
+    found = await answer_search_servers({"registry": BUILTIN_ID, "search": "memory"}, {})
+    assert found["isError"] is False
+    assert [s["suggested_name"] for s in found["structuredContent"]["servers"]] == ["memory"]
+    for bad, fragment in [({}, "'registry' is required"), ({"registry": BUILTIN_ID, "limit": 99}, "from 1 to 50"),
+                          ({"registry": BUILTIN_ID, "colour": 1}, "Unknown parameter"),
+                          ({"registry": "nope"}, "unknown registry")]:
+        answer = await answer_search_servers(bad, {})
+        assert answer["isError"] is True and fragment in answer["content"][0]["text"], bad
