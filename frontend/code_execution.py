@@ -120,6 +120,10 @@ class Outcome:
     def data(self) -> dict[str, Any]:
         return json.loads(self.text)
 
+    def tool_result(self) -> dict[str, Any]:
+        """The `CallToolResult` of the code_execution tool: the JSON text, `isError` for a failed run."""
+        return {"content": [{"type": "text", "text": self.text}], "isError": self.is_error, "resultType": "complete"}
+
 
 class CodeExecutionError(Exception):
     def __init__(self, code: str, message: str) -> None:
