@@ -396,12 +396,16 @@ class Bridge:
                     return False
                 self.session.generation += 1
                 return True
+            delay = 0.1
             while trio.current_time() < deadline:
                 if not await self._wait_until_up(deadline):
                     return False
                 try:
                     await self._open_session()
                 except SessionGone:
+                    # Up but not taking sessions yet (still starting, or refusing): try again, less often.
+                    await trio.sleep(min(delay, max(0.0, deadline - trio.current_time())))
+                    delay = min(delay * 2, BACKOFF_MAX)
                     continue
                 self.session.generation += 1
                 self._get_stream_wanted.set()

@@ -14,6 +14,7 @@ import mcp_types as types
 import trio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from tests.support.stack import (
     Stack,
@@ -58,7 +59,7 @@ async def restart(stack: Stack) -> None:
             env=stack.env,
             start_new_session=True,
         )
-    await stack.wait_ready(["echo"])
+    await stack.wait_ready(["echo"], timeout=90)
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -72,8 +73,9 @@ async def test_a_handshake_client_lists_and_calls_tools_and_keeps_its_session_ac
     tmp_path: Path,
 ) -> None:
     """Given a stack and a handshake-era client on `mcpvisor stdio URL`, tools list and run; when the whole
-    stack restarts, the client hears tools/list_changed and its next calls reach the new upstream."""
-    async with open_stack(tmp_path, {"echo": echo_server()}) as stack:
+    stack restarts, a call in flight fails (it is not sent twice), the client hears tools/list_changed, and
+    its next calls reach the new upstream."""
+    async with open_stack(tmp_path, {"echo": echo_server(policy={"stopwaitsecs": 1})}) as stack:
         notices = Notices()
         async with Client(bridge(stack.direct_url), mode="legacy", message_handler=notices) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
@@ -83,9 +85,21 @@ async def test_a_handshake_client_lists_and_calls_tools_and_keeps_its_session_ac
             assert result.structured_content == {"city": "Oslo", "temperature": 21.5, "conditions": "sunny"}
             first_pid = int(text_of(await client.call_tool("echo:pid", {})))
 
-            await restart(stack)
-            with trio.fail_after(30):
-                await notices.tools_changed.wait()
+            in_flight: list[BaseException] = []
+
+            async def slow_call() -> None:
+                try:
+                    await client.call_tool("echo:slow", {"seconds": 120})
+                except MCPError as exc:
+                    in_flight.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(slow_call)
+                await trio.sleep(1)
+                await restart(stack)
+                with trio.fail_after(30):
+                    await notices.tools_changed.wait()
+            assert len(in_flight) == 1
             second_pid = int(text_of(await client.call_tool("echo:pid", {})))
             assert second_pid != first_pid
             assert {"echo:echo", "echo:add"} <= {tool.name for tool in (await client.list_tools()).tools}
