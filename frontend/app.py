@@ -14,7 +14,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.frontend.boundary import Boundary
 from mcpvisor.frontend.fastpath import FastPath, replay
-from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.frontend.upstreams import Upstreams
 from mcpvisor.wire.trust import is_loopback
 
 log = logging.getLogger(__name__)
@@ -56,19 +56,19 @@ class FrontendApp:
 
     def __init__(
         self,
-        gateway: Gateway,
+        upstreams: Upstreams,
         endpoints: dict[str, Server[Any]],
         host: str,
         max_body: int,
         *,
         local_users_only: bool = True,
     ) -> None:
-        self.gateway = gateway
+        self.upstreams = upstreams
         security = _security(host)
         # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
         self.boundary = Boundary(local_users_only=local_users_only and is_loopback(host), max_body=max_body)
         self.fast = FastPath(
-            gateway,
+            upstreams,
             max_body=max_body,
             allowed_hosts=security.allowed_hosts if security is not None else None,
             allowed_origins=security.allowed_origins if security is not None else None,
@@ -125,7 +125,7 @@ class FrontendApp:
     def _health(self) -> dict[str, Any]:
         servers = {
             view.id: {"state": str(view.state), "alive": view.alive, "tools": len(view.tools)}
-            for view in self.gateway.catalog.servers.values()
+            for view in self.upstreams.catalog.servers.values()
         }
         ready = sum(1 for s in servers.values() if s["alive"] and s["state"] == "ready")
         return {"status": "ok", "servers_ready": ready, "servers": servers}

@@ -1,19 +1,47 @@
-"""Approved tools: the hash of each tool definition an operator approved, to catch later changes (rug pulls)."""
+"""Pins: the hash of each tool and prompt definition an operator approved, to catch later changes (rug pulls)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from mcpvisor.frontend.security import tool_hash
+Kind = Literal["tool", "prompt"]
+
+# What a model reads of each kind of definition: a change to any of these is a change to approve.
+_PINNED_FIELDS: dict[Kind, tuple[str, ...]] = {
+    "tool": ("name", "title", "description", "inputSchema", "outputSchema", "annotations"),
+    "prompt": ("name", "title", "description", "arguments"),
+}
+_VERSION = "v2:"
+# Pins written before titles and output schemas were pinned: still honoured, compared the old way.
+_LEGACY_TOOL_FIELDS = ("name", "description", "inputSchema", "annotations")
+
+
+def _digest(definition: Mapping[str, Any], fields: tuple[str, ...]) -> str:
+    canonical = {key: definition.get(key) for key in fields}
+    data = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def definition_hash(definition: Mapping[str, Any], kind: Kind = "tool") -> str:
+    """A stable hash of the parts of a definition the model reads (canonical JSON, sorted keys)."""
+    return _VERSION + _digest(definition, _PINNED_FIELDS[kind])
+
+
+def _matches(pinned: str, definition: Mapping[str, Any], kind: Kind) -> bool:
+    if pinned.startswith(_VERSION):
+        return pinned == definition_hash(definition, kind)
+    return kind == "tool" and pinned == _digest(definition, _LEGACY_TOOL_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
 class Drift:
-    """How a server's tools differ from what was approved."""
+    """How a server's definitions differ from what was approved."""
 
     changed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
@@ -24,50 +52,62 @@ class Drift:
 
     @property
     def unapproved(self) -> set[str]:
-        """Tools whose current definition nobody approved."""
+        """Definitions nobody approved in their current form."""
         return {*self.changed, *self.added}
 
 
+def _named(items: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {item["name"]: item for item in items if isinstance(item.get("name"), str)}
+
+
 class ToolApprovals:
-    """The `tool_approvals` table, kept in memory too: calls check it on every request."""
+    """The `pins` table, kept in memory too: listings and calls check it on every request."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
-        self._hashes: dict[str, dict[str, str]] = {}
-        for server, tool, digest in db.execute("SELECT server, tool, hash FROM tool_approvals"):
-            self._hashes.setdefault(server, {})[tool] = digest
+        self._pins: dict[tuple[str, Kind], dict[str, str]] = {}
+        for server, kind, name, digest in db.execute("SELECT server, kind, name, hash FROM pins"):
+            self._pins.setdefault((server, kind), {})[name] = digest
 
-    def approve(self, server: str, tools: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-        """Record `tools` as the approved definitions of `server`, replacing earlier approvals."""
-        hashes = {tool["name"]: tool_hash(tool) for tool in tools if isinstance(tool.get("name"), str)}
+    def approve(self, server: str, items: Iterable[Mapping[str, Any]], kind: Kind = "tool") -> dict[str, str]:
+        """Record `items` as the approved definitions of `server`, replacing earlier approvals of that kind."""
+        hashes = {name: definition_hash(item, kind) for name, item in _named(items).items()}
         now = time.time()
         self._db.execute("BEGIN")
         try:
-            self._db.execute("DELETE FROM tool_approvals WHERE server = ?", (server,))
+            self._db.execute("DELETE FROM pins WHERE server = ? AND kind = ?", (server, kind))
             self._db.executemany(
-                "INSERT INTO tool_approvals (server, tool, hash, approved_at) VALUES (?, ?, ?, ?)",
-                [(server, name, digest, now) for name, digest in hashes.items()],
+                "INSERT INTO pins (server, kind, name, hash, approved_at) VALUES (?, ?, ?, ?, ?)",
+                [(server, kind, name, digest, now) for name, digest in hashes.items()],
             )
         except sqlite3.Error:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-        self._hashes[server] = hashes
+        self._pins[server, kind] = hashes
         return hashes
 
-    def approved(self, server: str) -> dict[str, str] | None:
-        """Approved hashes by tool name; None when the server's tools were never approved here."""
-        hashes = self._hashes.get(server)
+    def approved(self, server: str, kind: Kind = "tool") -> dict[str, str] | None:
+        """Approved hashes by name; None when the server's definitions of that kind were never approved."""
+        hashes = self._pins.get((server, kind))
         return dict(hashes) if hashes is not None else None
 
-    def drift(self, server: str, tools: Iterable[Mapping[str, Any]]) -> Drift:
-        """How `tools` differ from the approved definitions (nothing, when there was no approval)."""
-        approved = self._hashes.get(server)
+    def drift(self, server: str, items: Iterable[Mapping[str, Any]], kind: Kind = "tool") -> Drift:
+        """How `items` differ from the approved definitions (nothing, when there was no approval)."""
+        approved = self._pins.get((server, kind))
         if approved is None:
             return Drift()
-        current = {tool["name"]: tool_hash(tool) for tool in tools if isinstance(tool.get("name"), str)}
+        current = _named(items)
         return Drift(
-            changed=sorted(name for name, digest in current.items() if name in approved and approved[name] != digest),
+            changed=sorted(
+                name for name, item in current.items() if name in approved and not _matches(approved[name], item, kind)
+            ),
             added=sorted(name for name in current if name not in approved),
             removed=sorted(name for name in approved if name not in current),
         )
+
+    def forget(self, server: str) -> None:
+        """Drop every pin of a removed server, so a new server of the same name starts unapproved."""
+        self._db.execute("DELETE FROM pins WHERE server = ?", (server,))
+        for key in [key for key in self._pins if key[0] == server]:
+            del self._pins[key]

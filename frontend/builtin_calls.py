@@ -7,18 +7,13 @@ call is logged with its intent, whatever its outcome.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mcp.shared.exceptions import MCPError
-
-from mcpvisor.frontend.activity import ActivityLog, Outcome
-from mcpvisor.frontend.approvals import ToolApprovals
-from mcpvisor.frontend.gateway import Gateway
-from mcpvisor.frontend.quarantine import blocked_answer
+from mcpvisor.frontend.calls import ClientCall
+from mcpvisor.frontend.mcp_server import decoded
 from mcpvisor.frontend.response_cache import ResponseCache, cut_result
-from mcpvisor.frontend.rounds import carried, input_required
+from mcpvisor.frontend.rounds import carried
 from mcpvisor.frontend.tool_args import (
     ToolInputError,
     check_parameters,
@@ -27,8 +22,8 @@ from mcpvisor.frontend.tool_args import (
     get_string,
     json_type,
 )
-from mcpvisor.frontend.tool_target import find_tool
 from mcpvisor.frontend.unsieved import keep
+from mcpvisor.frontend.upstreams import Refused, UpstreamError, Upstreams
 
 # Call tool name -> the operation type its intent must declare.
 VARIANTS: Final[dict[str, str]] = {
@@ -183,12 +178,10 @@ def progress_token(ctx: Any) -> str | int | None:
 
 
 class ToolCaller:
-    """Runs the call variants: checks, quarantine, the destructive rule, forwarding, logging, cutting."""
+    """Runs the call variants: checks, the destructive rule, one call through the door, cutting."""
 
-    def __init__(self, gateway: Gateway, activity: ActivityLog, approvals: ToolApprovals, cache: ResponseCache) -> None:
-        self.gateway = gateway
-        self.activity = activity
-        self.approvals = approvals
+    def __init__(self, upstreams: Upstreams, cache: ResponseCache) -> None:
+        self.upstreams = upstreams
         self.cache = cache
 
     async def call(self, variant: str, arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:
@@ -197,40 +190,21 @@ class ToolCaller:
         assert name is not None
         args = parse_call_arguments(arguments)
         intent = parse_intent(variant, arguments)
-        target = find_tool(self.gateway, name)
-
-        started = time.monotonic()
-
-        def record(outcome: Outcome) -> None:
-            self.activity.record(
-                server=target.server,
-                tool=target.tool,
-                variant=variant,
-                intent=intent,
-                outcome=outcome,
-                duration=time.monotonic() - started,
-            )
-
-        if (blocked := blocked_answer(self.gateway, self.approvals, target)) is not None:
-            record("blocked")
-            return blocked
-        if target.destructive and variant != "call_tool_destructive":
-            record("blocked")
-            return error_result(
-                f"Tool '{target.name}' is marked destructive by its server (destructiveHint: true): "
-                f"call it with call_tool_destructive instead of {variant}. It was not run."
-            )
+        target = self.upstreams.find_tool(name, quarantined=True)
+        params: dict[str, Any] = {"name": target.tool, "arguments": args}
+        token = progress_token(ctx)
+        if token is not None:
+            params["_meta"] = {"progressToken": token}
+        params.update(carried(ctx))  # the answers to a question the upstream asked last round
+        call = ClientCall(ctx, target.server) if ctx is not None else None
         try:
-            params: dict[str, Any] = {"name": target.tool, "arguments": args}
-            token = progress_token(ctx)
-            if token is not None:
-                params["_meta"] = {"progressToken": token}
-            params.update(carried(ctx))  # the answers to a question the upstream asked last round
-            result = await self.gateway.forward(target.server, "tools/call", params, ctx)
-        except MCPError as exc:
-            record("error")
-            return error_result(exc.error.message)
-        if input_required(result):
-            return result  # the client answers and calls again; the call is recorded when it ends
-        record("error" if result.get("isError") is True else "ok")
-        return keep(cut_result(result, self.gateway.spec.settings.tool_response_limit, self.cache))
+            result = await self.upstreams.call_tool(
+                target, params, call, via=variant, intent=intent, destructive=variant == "call_tool_destructive"
+            )
+        except Refused as refused:
+            return refused.answer
+        except UpstreamError as exc:
+            return error_result(exc.message)
+        if isinstance(result, dict):
+            return result  # input required: the client answers and calls again
+        return keep(cut_result(decoded(result), self.upstreams.settings.tool_response_limit, self.cache))

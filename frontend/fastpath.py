@@ -19,8 +19,9 @@ from typing import Any
 
 import msgspec
 
-from mcpvisor.frontend.gateway import ENVELOPE_PREFIX, Gateway
-from mcpvisor.wire.errors import INTERNAL_ERROR, ErrorCode, WireError
+from mcpvisor.frontend.mcp_server import ENVELOPE_PREFIX
+from mcpvisor.frontend.upstreams import NotFound, Refused, UpstreamError, Upstreams
+from mcpvisor.wire.errors import INTERNAL_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _ASKABLE = ("sampling", "elicitation", "roots")
 
 class _Params(msgspec.Struct, forbid_unknown_fields=True):
     name: str
-    arguments: dict[str, Any] = {}
+    arguments: msgspec.Raw = msgspec.Raw(b"{}")  # forwarded as the client wrote it
     _meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
 
 
@@ -59,18 +60,19 @@ class FastPath:
 
     def __init__(
         self,
-        gateway: Gateway,
+        upstreams: Upstreams,
         *,
         max_body: int,
         allowed_hosts: list[str] | None,
         allowed_origins: list[str] | None,
         server_info: dict[str, str],
     ) -> None:
-        self.gateway = gateway
+        self.upstreams = upstreams
         self.max_body = max_body
         self.allowed_hosts = allowed_hosts
         self.allowed_origins = allowed_origins
         self.server_info = server_info
+        self._stamp = _encode({"io.modelcontextprotocol/serverInfo": server_info})
 
     def _eligible(self, scope: Scope) -> dict[str, str] | None:
         """The request's headers when it may take the short way, else None."""
@@ -132,43 +134,71 @@ class FastPath:
             or (mcp_name is not None and mcp_name != call.params.name)
         ):
             return False, body
-        gateway = self.gateway
-        target = gateway.catalog.resolve_tool(call.params.name)
-        visible = gateway.visible_servers()
-        if target is None or (visible is not None and target[0] not in visible):
+        try:
+            target = self.upstreams.find_tool(call.params.name)
+        except NotFound:
             return False, body  # the SDK path explains unknown names
-        server, tool = target
-        params: dict[str, Any] = {"name": tool, "arguments": call.params.arguments}
+        arguments = bytes(call.params.arguments)
+        if arguments.lstrip()[:1] != b"{":
+            return False, body  # the SDK explains arguments that are not an object
+        params: dict[str, Any] = {"name": target.tool, "arguments": call.params.arguments}
         forwarded_meta = {key: value for key, value in meta.items() if not key.startswith(ENVELOPE_PREFIX)}
         if forwarded_meta:
             params["_meta"] = forwarded_meta
-        assert gateway.router is not None
         try:
-            raw = await gateway.router.request(server, "tools/call", params, gateway.call_timeout(server))
-            result = _decode_result.decode(raw)
-            if not isinstance(result.get("content"), list):
-                raise WireError(ErrorCode.UPSTREAM_ERROR, f"server '{server}' sent a tools/call result without content")
-        except WireError as exc:
-            error = {"code": exc.jsonrpc_code, "message": f"Tool '{call.params.name}': {exc.message}"}
-            await _respond(send, {"jsonrpc": "2.0", "id": call.id, "error": error})
-            return True, body
-        except msgspec.DecodeError:
-            error = {
-                "code": INTERNAL_ERROR,
-                "message": f"Tool '{call.params.name}': server '{server}' sent invalid JSON",
-            }
-            await _respond(send, {"jsonrpc": "2.0", "id": call.id, "error": error})
-            return True, body
+            raw = await self.upstreams.call_tool(target, params, via="direct")
+            assert isinstance(raw, bytes)  # only a client's call can be carried over rounds
+            message = self._result(call.id, raw)
+        except Refused as refused:
+            message = self._result(call.id, _encode(refused.answer))
+        except UpstreamError as exc:
+            message = _encode({"jsonrpc": "2.0", "id": call.id, "error": {"code": exc.code, "message": exc.message}})
+        except _BadResult as exc:
+            error = {"code": INTERNAL_ERROR, "message": f"Tool '{call.params.name}': server '{target.server}' {exc}"}
+            message = _encode({"jsonrpc": "2.0", "id": call.id, "error": error})
+        await _respond(send, message)
+        return True, body
+
+    def _result(self, request_id: int | str, raw: bytes) -> bytes:
+        """The JSON-RPC response carrying an upstream's result, with the fields 2026-07-28 adds.
+
+        Usually spliced around the upstream's bytes as they came; decoded and encoded again only
+        when the upstream set `_meta` or `resultType` itself, which must be merged.
+        """
+        try:
+            head = _decode_head.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise _BadResult("sent a tools/call result that is not valid JSON") from None
+        if head.content is None:
+            raise _BadResult("sent a tools/call result without content")
+        envelope = b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"result":'
+        if head._meta is None and head.resultType is None:
+            body = raw.strip()
+            return envelope + b'{"resultType":"complete","_meta":' + self._stamp + b"," + body[1:] + b"}"
+        result = _decode_result.decode(raw)
         result.setdefault("resultType", "complete")
         upstream_meta = result.get("_meta")
         stamp = {"io.modelcontextprotocol/serverInfo": self.server_info}
         result["_meta"] = {**upstream_meta, **stamp} if isinstance(upstream_meta, dict) else stamp
-        await _respond(send, {"jsonrpc": "2.0", "id": call.id, "result": result})
-        return True, body
+        return envelope + _encode(result) + b"}"
 
 
-async def _respond(send: Send, message: dict[str, Any]) -> None:
-    data = _encode(message)
+class _BadResult(Exception):
+    """An upstream's tools/call result that cannot be forwarded."""
+
+
+class _ResultHead(msgspec.Struct):
+    """The fields of a tools/call result the fast path must look at; the rest stays undecoded."""
+
+    content: list[msgspec.Raw] | None = None
+    resultType: str | None = None
+    _meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
+
+
+_decode_head = msgspec.json.Decoder(_ResultHead)
+
+
+async def _respond(send: Send, data: bytes) -> None:
     await send(
         {
             "type": "http.response.start",

@@ -15,13 +15,23 @@ import zmq
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from mcpvisor.frontend.activity import ActivityLog
 from mcpvisor.frontend.app import FrontendApp
+from mcpvisor.frontend.approvals import ToolApprovals
+from mcpvisor.frontend.builtins import Builtins
 from mcpvisor.frontend.catalog import Catalog
+from mcpvisor.frontend.clients import Clients
 from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.direct import build_direct_server
-from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.frontend.gate import Gate
+from mcpvisor.frontend.operator import Operator
+from mcpvisor.frontend.response_cache import ResponseCache
+from mcpvisor.frontend.rounds import ROUND_TTL, Rounds
 from mcpvisor.frontend.router import Router
+from mcpvisor.frontend.search import ToolIndex
 from mcpvisor.frontend.search_first import build_search_server
+from mcpvisor.frontend.state_db import open_state_db
+from mcpvisor.frontend.upstreams import Upstreams
 from mcpvisor.wire import codec, frontend_spec, lifetime, logs
 from mcpvisor.wire.config import parse_listen
 from mcpvisor.wire.messages import ConfigChanged, ProcessEvent, Report
@@ -31,7 +41,7 @@ from mcpvisor.wire.zsocket import ZSocket
 log = logging.getLogger("mcpvisor.frontend")
 
 
-async def serve_events(sock: ZSocket, gateway: Gateway, router: Router) -> None:
+async def serve_events(sock: ZSocket, upstreams: Upstreams, clients: Clients) -> None:
     """Follow the supervisor: fail calls to a worker the moment it stops; take in config changes."""
     while True:
         for frames in await sock.receive_batch():
@@ -48,9 +58,11 @@ async def serve_events(sock: ZSocket, gateway: Gateway, router: Router) -> None:
                     ProcessState.BACKOFF,
                     ProcessState.FATAL,
                 ):
-                    router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
+                    upstreams.router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
                 case ConfigChanged():
-                    gateway.apply_config(event.servers)
+                    upstreams.apply_config(event.servers)
+                    upstreams.reindex()
+                    clients.changed()
 
 
 async def serve_reports(sock: ZSocket) -> None:
@@ -79,15 +91,41 @@ async def run(
     control_raw.connect(spec.control_endpoint)
     calls, events, control = ZSocket(calls_raw), ZSocket(events_raw), ZSocket(control_raw)
 
+    control_client = ControlClient(control)
+    db = open_state_db(spec.data_dir)
     catalog = Catalog(settings.direct_tool_names)
-    gateway = Gateway(spec, catalog)
-    router = Router(calls, catalog, gateway.catalog_changed, on_notification=gateway.on_upstream_notification)
-    gateway.router = router
-    gateway.control = ControlClient(control)
-    endpoints = {"/mcp": build_search_server(gateway)}
+
+    def catalog_changed(server: str) -> None:
+        upstreams.reindex(server)
+        clients.changed()
+
+    async def upstream_notified(server: str, method: str, payload: bytes) -> None:
+        await clients.on_upstream_notification(server, method, payload)
+
+    router = Router(calls, catalog, catalog_changed, on_notification=upstream_notified)
+    upstreams = Upstreams(
+        settings,
+        spec.servers,
+        catalog=catalog,
+        router=router,
+        gate=Gate(ToolApprovals(db)),
+        activity=ActivityLog(db),
+        index=ToolIndex(),
+        rounds=Rounds(ROUND_TTL),
+    )
+    clients = Clients(upstreams)
+    control_client.on_request = Operator(
+        servers=lambda: upstreams.servers,
+        catalog=catalog,
+        approvals=upstreams.gate.approvals,
+        control=control_client,
+        changed=catalog_changed,
+    ).answer
+    builtins = Builtins(upstreams, control_client, ResponseCache())
+    endpoints = {"/mcp": build_search_server(builtins)}
     if settings.enable_direct_endpoint:
-        endpoints["/mcp/direct"] = build_direct_server(gateway)
-    app = FrontendApp(gateway, endpoints, host, settings.max_body_bytes)
+        endpoints["/mcp/direct"] = build_direct_server(upstreams, clients, builtins)
+    app = FrontendApp(upstreams, endpoints, host, settings.max_body_bytes)
 
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
@@ -98,15 +136,16 @@ async def run(
         async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
             await app.run(stack)
             nursery.start_soon(router.serve)
-            nursery.start_soon(serve_events, events, gateway, router)
-            nursery.start_soon(gateway.serve_notifications)
-            await nursery.start(gateway.rounds.serve)
-            nursery.start_soon(gateway.control.serve)
+            nursery.start_soon(serve_events, events, upstreams, clients)
+            nursery.start_soon(clients.serve_notifications)
+            await nursery.start(upstreams.rounds.serve)
+            nursery.start_soon(control_client.serve)
             binds = await nursery.start(hypercorn_serve, app, config)
             nursery.start_soon(serve_reports, control)
             log.info("serving MCP on %s (endpoints: %s)", ", ".join(binds), ", ".join(endpoints) or "none")
             task_status.started()
     finally:
+        db.close()
         calls.close()
         events.close()
         control.close()

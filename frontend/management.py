@@ -12,8 +12,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from mcpvisor.frontend.control import ControlError
-from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.frontend.control import ControlClient, ControlError
 from mcpvisor.frontend.tool_args import (
     ToolInputError,
     check_parameters,
@@ -24,6 +23,7 @@ from mcpvisor.frontend.tool_args import (
     json_result,
     json_type,
 )
+from mcpvisor.frontend.upstreams import Upstreams
 from mcpvisor.wire.config import SERVER_NAME, ServerConfig
 from mcpvisor.wire.merge import deep_merge
 from mcpvisor.wire.secrets import redact_table
@@ -132,10 +132,11 @@ UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
 class UpstreamServers:
     """The `upstream_servers` tool."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    def __init__(self, upstreams: Upstreams, control: ControlClient) -> None:
+        self.upstreams = upstreams
+        self.control = control
 
-    async def __call__(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    async def __call__(self, arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:
         operation = _operation(arguments)
         what = f"{UPSTREAM_TOOL_NAME} operation '{operation}'"
         allowed = ("operation", "action", *(("name",) if operation != "list" else ()), *_ALLOWED[operation])
@@ -159,9 +160,9 @@ class UpstreamServers:
     def list_servers(self) -> list[dict[str, Any]]:
         """Every configured server, with what the frontend knows of its state; secrets redacted."""
         servers = []
-        for name in sorted(set(self.gateway.spec.servers) | set(self.gateway.catalog.servers)):
-            config = self.gateway.spec.servers.get(name)
-            view = self.gateway.catalog.servers.get(name)
+        for name in sorted(set(self.upstreams.servers) | set(self.upstreams.catalog.servers)):
+            config = self.upstreams.servers.get(name)
+            view = self.upstreams.catalog.servers.get(name)
             if config is not None and not config.enabled:
                 state = "disabled"
             elif view is None or not view.alive:
@@ -199,7 +200,7 @@ class UpstreamServers:
                 f"Invalid server name '{name}': use letters, digits, '_', '-' or '.' (no ':' or '/'), "
                 "at most 63 characters"
             )
-        if name in self.gateway.spec.servers:
+        if name in self.upstreams.servers:
             raise ToolInputError(f"Server '{name}' already exists; change it with operation 'patch'")
         table = {key: value for key, value in _table_fields(arguments).items() if value is not None}
         _check_table(name, table)
@@ -222,18 +223,15 @@ class UpstreamServers:
         if not patch:
             accepted = ", ".join(_TABLE_PARAMETERS)
             raise ToolInputError(f"Nothing to change for server '{name}': give one or more of {accepted}")
-        current = msgspec.to_builtins(self.gateway.spec.servers[name])
+        current = msgspec.to_builtins(self.upstreams.servers[name])
         _check_table(name, deep_merge(current, patch))
         return await self._control("patch", name, "server.patch", data={"name": name, "patch": patch})
 
     async def _control(
         self, operation: str, name: str, command: str, args: list[str] | None = None, data: Any = None
     ) -> dict[str, Any]:
-        control = self.gateway.control
-        if control is None:
-            return error_result("The supervisor cannot be reached from this frontend; try again shortly")
         try:
-            result = await control.call(command, args, data)
+            result = await self.control.call(command, args, data)
         except ControlError as exc:
             return error_result(f"{UPSTREAM_TOOL_NAME} {operation} '{name}' failed: {exc}")
         answer: dict[str, Any] = {"name": name, "operation": operation}
@@ -246,8 +244,8 @@ class UpstreamServers:
         return json_result(answer)
 
     def _known(self, name: str) -> None:
-        if name not in self.gateway.spec.servers:
-            known = ", ".join(sorted(self.gateway.spec.servers)) or "none"
+        if name not in self.upstreams.servers:
+            known = ", ".join(sorted(self.upstreams.servers)) or "none"
             raise ToolInputError(f"Unknown server '{name}' (servers: {known})")
 
 
@@ -308,6 +306,7 @@ def _check_table(name: str, table: Mapping[str, Any]) -> None:
         raise ToolInputError(f"Server '{name}' has a command, so its transport is stdio")
     if config.url is not None and config.transport == "stdio":
         raise ToolInputError(f"Server '{name}' has a url, so its transport cannot be stdio")
+
 
 def _url_problem(url: str) -> str | None:
     """What makes `url` unusable as an upstream's address, or None; never repeats the URL (it may hold a secret)."""

@@ -1,4 +1,4 @@
-"""The `proxy` tool on the gateway: its catalog and call routing, and keeping its annotations on the wire.
+"""The `proxy` tool over the door: its catalog and call routing, and keeping its annotations on the wire.
 
 The SDK checks each tool result against the negotiated protocol revision's schema and drops the
 keys that schema does not name, among them the proxy extension's annotations (`proxyAction`,
@@ -8,100 +8,64 @@ keys that schema does not name, among them the proxy extension's annotations (`p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
-from mcp.shared.exceptions import MCPError
-
-from mcpvisor.frontend.activity import ActivityLog, Outcome
-from mcpvisor.frontend.approvals import ToolApprovals
-from mcpvisor.frontend.catalog import ServerView
-from mcpvisor.frontend.gateway import Gateway
+from mcpvisor.frontend.mcp_server import decoded
 from mcpvisor.frontend.proxy_tool import run_proxy
-from mcpvisor.frontend.quarantine import blocked_answer
-from mcpvisor.frontend.tool_args import ToolInputError
-from mcpvisor.frontend.tool_target import find_tool
 from mcpvisor.frontend.unsieved import keep
+from mcpvisor.frontend.upstreams import NotFound, Refused, Upstreams
 from mcpvisor.wire.proxy import ProxyError
 
 
-async def serve_proxy(backend: GatewayProxyBackend, arguments: Mapping[str, Any]) -> dict[str, Any]:
+async def serve_proxy(backend: UpstreamsProxyBackend, arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Answer one call of the `proxy` tool; its annotations survive the SDK's check (see unsieved)."""
     result = await run_proxy(backend, arguments)
     keep(result)
     return result
 
 
-class GatewayProxyBackend:
-    """`ProxyBackend` over the gateway: what clients may see, named `server:name`; URIs unchanged."""
+class UpstreamsProxyBackend:
+    """`ProxyBackend` over the door: what clients may see, named `server:name`; URIs unchanged."""
 
-    def __init__(self, gateway: Gateway, activity: ActivityLog, approvals: ToolApprovals) -> None:
-        self.gateway = gateway
-        self.activity = activity
-        self.approvals = approvals
-
-    def _views(self) -> list[ServerView]:
-        return list(self.gateway.catalog.ready_servers(self.gateway.visible_servers()))
+    def __init__(self, upstreams: Upstreams) -> None:
+        self.upstreams = upstreams
 
     async def list_tools(self) -> list[dict[str, Any]]:
-        tools = []
-        for view in self._views():
-            unapproved = self.approvals.drift(view.id, view.tools).unapproved
-            tools += [
-                {**tool, "name": f"{view.id}:{tool['name']}"} for tool in view.tools if tool["name"] not in unapproved
-            ]
-        return tools
+        return [{**tool, "name": f"{view.id}:{tool['name']}"} for view, tool in self.upstreams.tools()]
 
     async def list_resources(self) -> list[dict[str, Any]]:
-        views = self._views()
+        views = self.upstreams.visible()
         resources = [{**r, "name": f"{view.id}:{r.get('name', '')}"} for view in views for r in view.resources]
         templates = [{**t, "name": f"{view.id}:{t.get('name', '')}"} for view in views for t in view.templates]
         return resources + templates
 
     async def list_prompts(self) -> list[dict[str, Any]]:
-        return [{**p, "name": f"{view.id}:{p['name']}"} for view in self._views() for p in view.prompts]
+        return [{**prompt, "name": f"{view.id}:{prompt['name']}"} for view, prompt in self.upstreams.prompts()]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         try:
-            target = find_tool(self.gateway, name)
-        except ToolInputError as exc:
+            target = self.upstreams.find_tool(name, quarantined=True)
+        except NotFound as exc:
             raise ProxyError(exc.message) from None
-        started = time.monotonic()
-
-        def record(outcome: Outcome) -> None:
-            self.activity.record(
-                server=target.server,
-                tool=target.tool,
-                variant="proxy",
-                intent=None,
-                outcome=outcome,
-                duration=time.monotonic() - started,
-            )
-
-        if (blocked := blocked_answer(self.gateway, self.approvals, target)) is not None:
-            record("blocked")
-            return blocked
         try:
-            result = await self.gateway.forward(
-                target.server, "tools/call", {"name": target.tool, "arguments": arguments}
+            return decoded(
+                await self.upstreams.call_tool(target, {"name": target.tool, "arguments": arguments}, via="proxy")
             )
-        except MCPError:
-            record("error")
-            raise
-        record("error" if result.get("isError") is True else "ok")
-        return result
+        except Refused as refused:
+            return refused.answer
 
     async def read_resource(self, uri: str) -> dict[str, Any]:
-        server = self.gateway.catalog.resolve_resource(uri)
-        visible = self.gateway.visible_servers()
-        if server is None or (visible is not None and server not in visible):
-            raise ProxyError(f"Resource '{uri}' not found: no connected server offers it")
-        return await self.gateway.forward(server, "resources/read", {"uri": uri})
+        try:
+            server = self.upstreams.find_resource(uri)
+        except NotFound as exc:
+            raise ProxyError(f"Resource '{uri}' not found: {exc.reason}") from None
+        return decoded(await self.upstreams.request(server, "resources/read", {"uri": uri}))
 
     async def get_prompt(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        target = self.gateway.catalog.resolve_prompt(name)
-        visible = self.gateway.visible_servers()
-        if target is None or (visible is not None and target[0] not in visible):
-            raise ProxyError(f"Prompt '{name}' not found: prompts are named 'server:prompt'")
-        return await self.gateway.forward(target[0], "prompts/get", {"name": target[1], "arguments": arguments})
+        try:
+            server, prompt = self.upstreams.find_prompt(name)
+        except NotFound as exc:
+            raise ProxyError(f"Prompt '{name}' not found: {exc.reason}") from None
+        params = {"name": prompt, "arguments": arguments}
+        return decoded(await self.upstreams.request(server, "prompts/get", params))

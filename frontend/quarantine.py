@@ -1,10 +1,6 @@
-"""Quarantine: what a call to an unapproved tool gets instead of a result, and the `quarantine_security` tool.
+"""The `quarantine_security` tool: list, inspect, approve and block quarantined servers.
 
-A server is quarantined by its config (`quarantined = true`; servers added at run time start so).
-Its tools are hidden from search and listings, and a call to one is not run: the caller gets the
-security analysis of the server's tools. Approving a server records a hash of each tool; a tool
-whose definition later differs from the approved one (a rug pull) is refused the same way until
-the server is approved again.
+What quarantine and pins mean for listings and calls is the gate's (frontend/gate.py).
 """
 
 from __future__ import annotations
@@ -14,19 +10,17 @@ from typing import Any, Final
 
 import msgspec
 
-from mcpvisor.frontend.approvals import ToolApprovals
-from mcpvisor.frontend.control import ControlError
-from mcpvisor.frontend.gateway import Gateway
-from mcpvisor.frontend.security import analyze_server, render_report
+from mcpvisor.frontend.control import ControlClient, ControlError
+from mcpvisor.frontend.gate import other_tool_names
+from mcpvisor.frontend.security import analyze_server
 from mcpvisor.frontend.tool_args import (
     ToolInputError,
     check_parameters,
     error_result,
     get_string,
     json_result,
-    text_result,
 )
-from mcpvisor.frontend.tool_target import ToolTarget
+from mcpvisor.frontend.upstreams import Upstreams
 
 QUARANTINE_TOOL_NAME: Final = "quarantine_security"
 ACTIONS: Final = ("list", "inspect", "approve", "block")
@@ -64,44 +58,15 @@ QUARANTINE_SECURITY_TOOL: Final[dict[str, Any]] = {
 }
 
 
-def other_tool_names(gateway: Gateway, server: str) -> set[str]:
-    """Other servers' tool names, plain and as `server:tool`: what a tool could try to shadow."""
-    names: set[str] = set()
-    for view in gateway.catalog.ready_servers():
-        if view.id != server:
-            for tool in view.tools:
-                names.update((tool["name"], f"{view.id}:{tool['name']}"))
-    return names
-
-
-def blocked_answer(gateway: Gateway, approvals: ToolApprovals, target: ToolTarget) -> dict[str, Any] | None:
-    """The answer to a call that must not run (quarantined server, changed tool); None if it may run."""
-    view = gateway.catalog.servers[target.server]
-    if target.quarantined:
-        report = analyze_server(target.server, view.tools, other_tools=other_tool_names(gateway, target.server))
-        return text_result(render_report(report, tool=target.tool), is_error=True)
-    if target.tool in approvals.drift(target.server, view.tools).unapproved:
-        report = analyze_server(
-            target.server, [target.definition], other_tools=other_tool_names(gateway, target.server)
-        )
-        preface = (
-            f"TOOL CHANGED SINCE APPROVAL: the definition of '{target.name}' is not the one approved for "
-            f"server '{target.server}', so the call was NOT executed. An operator can review the analysis "
-            f'below and approve the server again with {QUARANTINE_TOOL_NAME} {{"action": "approve", '
-            f'"name": "{target.server}"}} if the change is expected.'
-        )
-        return text_result(f"{preface}\n\n{render_report(report, tool=target.tool)}", is_error=True)
-    return None
-
-
 class QuarantineSecurity:
     """The `quarantine_security` tool."""
 
-    def __init__(self, gateway: Gateway, approvals: ToolApprovals) -> None:
-        self.gateway = gateway
-        self.approvals = approvals
+    def __init__(self, upstreams: Upstreams, control: ControlClient) -> None:
+        self.upstreams = upstreams
+        self.approvals = upstreams.gate.approvals
+        self.control = control
 
-    async def __call__(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    async def __call__(self, arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:
         check_parameters(arguments, ("action", "name", "server"), what=QUARANTINE_TOOL_NAME)
         action = get_string(arguments, "action", required=True, choices=ACTIONS)
         if action == "list":
@@ -123,18 +88,18 @@ class QuarantineSecurity:
         name = name or alias
         if not name:
             raise ToolInputError(f"Parameter 'name' (the server) is required for action '{action}'")
-        if name not in self.gateway.spec.servers:
-            known = ", ".join(sorted(self.gateway.spec.servers)) or "none"
+        if name not in self.upstreams.servers:
+            known = ", ".join(sorted(self.upstreams.servers)) or "none"
             raise ToolInputError(f"Unknown server '{name}' (servers: {known})")
         return name
 
     def _list(self) -> dict[str, Any]:
         quarantined, changed = [], []
-        for name, config in sorted(self.gateway.spec.servers.items()):
-            view = self.gateway.catalog.servers.get(name)
+        for name, config in sorted(self.upstreams.servers.items()):
+            view = self.upstreams.catalog.servers.get(name)
             tools = view.tools if view is not None else []
             if config.quarantined:
-                report = analyze_server(name, tools, other_tools=other_tool_names(self.gateway, name))
+                report = analyze_server(name, tools, other_tools=other_tool_names(self.upstreams.catalog, name))
                 quarantined.append(
                     {
                         "name": name,
@@ -149,9 +114,9 @@ class QuarantineSecurity:
         return {"quarantined": quarantined, "changed_since_approval": changed}
 
     def _inspect(self, name: str) -> dict[str, Any]:
-        view = self.gateway.catalog.servers.get(name)
+        view = self.upstreams.catalog.servers.get(name)
         tools = view.tools if view is not None else []
-        report = analyze_server(name, tools, other_tools=other_tool_names(self.gateway, name))
+        report = analyze_server(name, tools, other_tools=other_tool_names(self.upstreams.catalog, name))
         approved = self.approvals.approved(name)
         drift = self.approvals.drift(name, tools)
         entries = []
@@ -167,7 +132,7 @@ class QuarantineSecurity:
             entries.append(tool)
         return {
             "server": name,
-            "quarantined": self.gateway.spec.servers[name].quarantined,
+            "quarantined": self.upstreams.servers[name].quarantined,
             "connected": view is not None and view.ready,
             "risk": report.risk,
             "score": report.score,
@@ -179,10 +144,10 @@ class QuarantineSecurity:
         }
 
     async def _approve(self, name: str) -> dict[str, Any]:
-        view = self.gateway.catalog.servers.get(name)
+        view = self.upstreams.catalog.servers.get(name)
         if view is None or not view.ready:
             raise ToolInputError(
-                f"Server '{name}' cannot be approved yet: {self.gateway.catalog.describe_unavailable(name)}. "
+                f"Server '{name}' cannot be approved yet: {self.upstreams.catalog.describe_unavailable(name)}. "
                 "Its tools must be known to be approved; try again once it is connected."
             )
         tools = list(view.tools)
@@ -193,11 +158,8 @@ class QuarantineSecurity:
         return answer
 
     async def _set_quarantined(self, name: str, quarantined: bool, done: dict[str, Any]) -> dict[str, Any]:
-        control = self.gateway.control
-        if control is None:
-            return error_result("The supervisor cannot be reached from this frontend; try again shortly")
         try:
-            await control.call("server.quarantine", data={"name": name, "quarantined": quarantined})
+            await self.control.call("server.quarantine", data={"name": name, "quarantined": quarantined})
         except ControlError as exc:
             return error_result(f"Cannot {'block' if quarantined else 'approve'} server '{name}': {exc}")
         return json_result(done)

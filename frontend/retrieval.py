@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mcpvisor.frontend.approvals import ToolApprovals
-from mcpvisor.frontend.gateway import Gateway
 from mcpvisor.frontend.tool_args import check_parameters, get_integer, get_string, json_result
+from mcpvisor.frontend.upstreams import Upstreams
 
 RETRIEVE_TOOL_NAME: Final = "retrieve_tools"
 MAX_LIMIT: Final = 100
@@ -59,26 +58,14 @@ def retrieve_tool(default_limit: int) -> dict[str, Any]:
     }
 
 
-def retrieve_tools(gateway: Gateway, approvals: ToolApprovals, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Run the search; tools of hidden servers and tools changed since approval are left out."""
+def retrieve_tools(upstreams: Upstreams, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Run the search over the tools a client may call (hidden servers and changed tools left out)."""
     check_parameters(arguments, ("query", "limit"), what=RETRIEVE_TOOL_NAME)
     query = get_string(arguments, "query", required=True)
     assert query is not None
-    limit = get_integer(arguments, "limit", default=gateway.spec.settings.tools_limit, minimum=1, maximum=MAX_LIMIT)
-
-    visible = gateway.visible_servers()
-    views = {view.id: view for view in gateway.catalog.ready_servers(visible)}
-    unapproved = {
-        (server, tool) for server, view in views.items() for tool in approvals.drift(server, view.tools).unapproved
-    }
-    hits = gateway.index.search(query, limit + len(unapproved), servers=list(views))
+    limit = get_integer(arguments, "limit", default=upstreams.settings.tools_limit, minimum=1, maximum=MAX_LIMIT)
     tools = []
-    for hit in hits:
-        if (hit.server, hit.tool) in unapproved:
-            continue
-        definition = next((t for t in views[hit.server].tools if t.get("name") == hit.tool), None)
-        if definition is None:  # the index lags the catalog by one change at most
-            continue
+    for hit, definition in upstreams.search(query, limit):
         entry: dict[str, Any] = {
             "name": f"{hit.server}:{hit.tool}",
             "server": hit.server,
@@ -92,6 +79,4 @@ def retrieve_tools(gateway: Gateway, approvals: ToolApprovals, arguments: Mappin
         entry["score"] = round(hit.score, 4)
         entry["call_with"] = call_with(definition.get("annotations"))
         tools.append(entry)
-        if len(tools) == limit:
-            break
     return json_result({"query": query, "tools": tools, "total": len(tools)})

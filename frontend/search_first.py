@@ -12,9 +12,9 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.frontend.builtins import SEARCH_ENDPOINT_TOOLS, builtins_for
+from mcpvisor.frontend.builtins import SEARCH_ENDPOINT_TOOLS, Builtins
 from mcpvisor.frontend.direct import CACHE_HINTS
-from mcpvisor.frontend.gateway import AnnouncingServer, Gateway, complete
+from mcpvisor.frontend.mcp_server import AnnouncingServer, complete
 from mcpvisor.wire.errors import INVALID_PARAMS
 
 INSTRUCTIONS = (
@@ -30,9 +30,8 @@ INSTRUCTIONS = (
 )
 
 
-def build_search_server(gateway: Gateway) -> Server[Any]:
+def build_search_server(builtins: Builtins) -> Server[Any]:
     """The MCP server behind `/mcp`."""
-    builtins = builtins_for(gateway)
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         return complete({"tools": builtins.definitions(SEARCH_ENDPOINT_TOOLS)})

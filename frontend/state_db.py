@@ -36,6 +36,20 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (server, tool)
     );
     """,
+    # Pins cover prompts as well as tools; earlier tool approvals are kept as they were.
+    """
+    CREATE TABLE pins (
+        server TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        approved_at REAL NOT NULL,
+        PRIMARY KEY (server, kind, name)
+    );
+    INSERT INTO pins (server, kind, name, hash, approved_at)
+        SELECT server, 'tool', tool, hash, approved_at FROM tool_approvals;
+    DROP TABLE tool_approvals;
+    """,
 )
 
 
