@@ -128,4 +128,4 @@ class FrontendApp:
             for view in self.upstreams.catalog.servers.values()
         }
         ready = sum(1 for s in servers.values() if s["alive"] and s["state"] == "ready")
-        return {"status": "ok", "servers_ready": ready, "servers": servers}
+        return {"status": "ok", "servers_ready": ready, "servers": servers, "search": self.upstreams.index.status}

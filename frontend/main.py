@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import msgspec
 import trio
@@ -110,7 +111,7 @@ async def run(
         router=router,
         gate=Gate(ToolApprovals(db)),
         activity=ActivityLog(db),
-        index=ToolIndex(),
+        index=ToolIndex(cache_dir=Path(spec.data_dir) if spec.data_dir else None),
         rounds=Rounds(ROUND_TTL),
     )
     clients = Clients(upstreams)
@@ -145,6 +146,8 @@ async def run(
             log.info("serving MCP on %s (endpoints: %s)", ", ".join(binds), ", ".join(endpoints) or "none")
             task_status.started()
     finally:
+        with contextlib.suppress(OSError):
+            upstreams.index.save_cache()  # the next start need not embed these tools again
         db.close()
         calls.close()
         events.close()

@@ -1,4 +1,4 @@
-"""`retrieve_tools`: BM25 search over the upstream tools a client may call, and which call tool to use."""
+"""`retrieve_tools`: search by words and meaning over the tools a client may call, and which call tool to use."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def retrieve_tool(default_limit: int) -> dict[str, Any]:
     return {
         "name": RETRIEVE_TOOL_NAME,
         "description": (
-            "Search the tools of all connected upstream servers by keywords (BM25). Use it first: upstream "
+            "Search the tools of all connected upstream servers by what you want done, in plain words or "
+            "keywords. Use it first: upstream "
             "tools are not listed directly. Each result gives the tool's name in server:tool form, its "
             "description, input schema, annotations, a relevance score, and `call_with`: the tool to call it "
             "with (call_tool_read, call_tool_write or call_tool_destructive)."
