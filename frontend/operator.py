@@ -179,6 +179,8 @@ class Operator:
         keep = set(current) if not tools else self._approved_now(name, config, current) | set(tools)
         # Pins first: once the quarantine is lifted, clients must see only what is approved.
         hashes = self.approvals.approve(name, [current[tool] for tool in sorted(keep)])
+        if not tools:  # approving the whole server approves its prompts as they are now, too
+            self.approvals.approve(name, self.catalog.servers[name].prompts, "prompt")
         if config.quarantined:
             await self._set_quarantined(name, False)
         self._changed(name)
