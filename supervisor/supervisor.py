@@ -191,6 +191,11 @@ class Supervisor:
         """Every state change: publish `process.<name>.<state>`, refresh systemd's status."""
         if program.state is not ProcessState.RUNNING:
             self.reports.pop(program.name, None)
+            if program.name == FRONTEND:
+                # Its requests in flight will never be answered: say so now rather than at the timeout.
+                self._frontend_identity = None
+                gone = OperatorReply(id=0, error="the frontend stopped before it answered", exit_code=EXIT_ERROR)
+                self._operator_replies.deliver_all(gone)
         event = ProcessEvent(name=program.name, state=program.state, pid=program.pid, description=program.description())
         self._publish(f"process.{program.name}.{program.state.lower()}", event)
         self._update_systemd()
