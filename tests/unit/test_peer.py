@@ -147,6 +147,7 @@ def test_bodies_no_endpoint_should_see_are_named(body: bytes, code: int, words: 
         '{"t": "caf\u00e9 \u4e2d\u6587"}'.encode(),
         b"[" * MAX_DEPTH + b"]" * MAX_DEPTH,
         b"[" + b"[1]," * 500 + b"[2]]",  # many brackets, shallow
+        b'{"code": "' + b"[" * 200 + b'"}',  # brackets in a string do not nest anything
         rb'{"t": "\\ud800 is only text here"}',
     ],
 )
