@@ -5,6 +5,7 @@ Holds what is not configuration: the activity log of calls and the hashes of app
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -58,8 +59,12 @@ def open_state_db(data_dir: str) -> sqlite3.Connection:
     if data_dir:
         private_dirs(Path(data_dir))
         location = str(Path(data_dir) / STATE_FILE)
-        # SQLite gives the -wal and -shm files the database's own mode: create it 0600 first.
+        # SQLite gives new -wal and -shm files the database's own mode: make it 0600 first. Files
+        # an earlier version left readable by others are narrowed too.
         os.close(os.open(location, os.O_RDWR | os.O_CREAT, 0o600))
+        for path in (location, f"{location}-wal", f"{location}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(path, 0o600)
     else:
         location = ":memory:"
     db = sqlite3.connect(location, isolation_level=None)

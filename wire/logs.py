@@ -98,8 +98,13 @@ class RotatingFile:
 
 
 def _open_private(path: Path) -> BinaryIO:
-    """Open a log file for appending; one it creates is 0600 (log lines may name what a client asked)."""
-    return open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab", buffering=0)
+    """Open a log file for appending, 0600 (log lines may name what a client asked).
+
+    A file an earlier version left readable by others is narrowed too.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return open(fd, "ab", buffering=0)
 
 
 def private_dirs(path: Path) -> None:

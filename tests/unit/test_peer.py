@@ -192,6 +192,10 @@ def test_log_files_and_the_directories_made_for_them_are_private(tmp_path: Path)
         assert stat.S_IMODE((tmp_path / "data" / "logs" / name).stat().st_mode) == 0o600
 
 
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
 def test_the_state_store_and_its_wal_files_are_private(tmp_path: Path) -> None:
     db = open_state_db(str(tmp_path / "data"))
     try:
@@ -201,3 +205,15 @@ def test_the_state_store_and_its_wal_files_are_private(tmp_path: Path) -> None:
             assert stat.S_IMODE((tmp_path / "data" / name).stat().st_mode) == 0o600, name
     finally:
         db.close()
+
+
+def test_files_an_earlier_version_left_open_to_others_are_narrowed(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "logs").mkdir(parents=True)
+    for name in ("state.sqlite-wal", "logs/x.log"):
+        (data / name).write_bytes(b"")
+        (data / name).chmod(0o644)
+    logs.RotatingFile(data / "logs" / "x.log").close()
+    open_state_db(str(data)).close()
+    assert _mode(data / "logs" / "x.log") == 0o600
+    assert _mode(data / "state.sqlite") == 0o600
