@@ -30,6 +30,7 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
+from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.worker_spec import WorkerSpec
 from mcpvisor.wire.zsocket import ZSocket
@@ -50,7 +51,7 @@ class Worker:
         self.upstream = Upstream(spec.id, spec.server, Path(spec.log_dir), self._catalog_changed, WorkerHooks(self))
         self._inflight: dict[int, trio.CancelScope] = {}
         self._deadlines: dict[int, tuple[trio.CancelScope, float]] = {}
-        self._asks: dict[int, tuple[trio.Event, list[tuple[Answer, bytes | None]]]] = {}
+        self._asks: PendingReplies[int, tuple[Answer, bytes | None]] = PendingReplies()
         self._ask_ids = itertools.count(1)
         self._draining = False
         self._drained = trio.Event()
@@ -167,9 +168,7 @@ class Worker:
                     case SnapshotRequest():
                         await self.sock.send_multipart(self._snapshot())
                     case Answer():
-                        if (pending := self._asks.get(msg.id)) is not None:
-                            pending[1].append((msg, payload))
-                            pending[0].set()
+                        self._asks.deliver(msg.id, (msg, payload))
                     case _:
                         log.error("unexpected message from the frontend: %s", type(msg).__name__)
 
@@ -244,18 +243,16 @@ class WorkerHooks(ClientHooks):
                 code=types.INVALID_REQUEST, message=f"{method}: no client call is in progress to answer it"
             )
         ask_id = next(worker._ask_ids)
-        done, slot = worker._asks[ask_id] = (trio.Event(), [])
-        try:
+        with worker._asks.expect(ask_id) as slot:
             await worker.sock.send_multipart(
                 codec.calls.encode(Ask(id=ask_id, call_id=call_id, method=method), _json_encode(params))
             )
-            with trio.move_on_after(worker._call_timeout):
-                await done.wait()
-        finally:
-            del worker._asks[ask_id]
-        if not slot:
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: the client did not answer in time")
-        answer, payload = slot[0]
+            try:
+                answer, payload = await slot.wait(worker._call_timeout)
+            except trio.TooSlowError:
+                return types.ErrorData(
+                    code=types.INTERNAL_ERROR, message=f"{method}: the client did not answer in time"
+                )
         if not answer.ok:
             return types.ErrorData(code=answer.code or types.INTERNAL_ERROR, message=answer.message)
         try:
