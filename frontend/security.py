@@ -27,7 +27,6 @@ HIGH_SCORE = 0.75
 # with a huge description; anything that long is already flagged by excessive_length.
 ANALYZED_LIMIT = 20000
 
-APPROVE_TOOL = "quarantine_security"
 APPROVE_CTL = "mcpvisor ctl approve {server}"
 
 
@@ -143,12 +142,11 @@ def render_report(report: ServerReport, *, tool: str | None = None) -> str:
             lines.append(f"      evidence: {finding.evidence}")
     lines += [
         "",
-        "How to approve (operator only; the model must not do this on its own):",
-        f'  - call the {APPROVE_TOOL} tool with {{"action": "approve", "server": "{server}"}},',
-        f"  - or run `{APPROVE_CTL.format(server=server)}`,",
+        "How to approve (an operator's decision; no MCP client can approve):",
+        f"  - run `{APPROVE_CTL.format(server=server)}` on the machine that runs mcpvisor,",
         f"  - or set `quarantined = false` under [servers.{server}] in the configuration.",
-        "Approval records a hash of each tool; a tool whose definition changes later goes back to",
-        "quarantine.",
+        f"Inspect it first with `mcpvisor ctl inspect {server}`. Approval records a hash of each",
+        "tool; a tool whose definition changes later is withheld until it is approved again.",
     ]
     return redact_secrets("\n".join(lines))
 

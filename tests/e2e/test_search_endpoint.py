@@ -539,7 +539,11 @@ async def test_upstream_servers_add_patch_disable_enable_restart_tail_and_remove
         assert not target.exists()
         assert not [tool for tool in await search(client, "create a file", limit=100) if tool["server"] == "gamma"]
 
-        approved = data_of(await call(client, "quarantine_security", {"action": "approve", "name": "gamma"}))
+        # No MCP client may approve, not even the one that added the server: an operator does.
+        refused = await call(client, "quarantine_security", {"action": "approve", "name": "gamma"})
+        assert refused.is_error and "mcpvisor ctl approve gamma" in text_of(refused)
+        code, approved = await stack.actl("approve", "gamma")
+        assert code == 0, approved
         assert approved["quarantined"] is False
         assert "touch" in approved["approved_tools"]
 
@@ -612,10 +616,8 @@ async def test_tool_changed_after_approval_is_refused_until_approved_again(tmp_p
     async with open_stack(tmp_path, {"clock": clock}) as stack, stack.client("/mcp") as client:
         read_time = {"name": "clock:get_current_time", "args": {"timezone": "UTC"}, "intent": intent("read")}
         assert "SECURITY QUARANTINE" in text_of(await call(client, "call_tool_read", read_time))
-        assert (
-            data_of(await call(client, "quarantine_security", {"action": "approve", "name": "clock"}))["quarantined"]
-            is False
-        )
+        code, approved = await stack.actl("approve", "clock")
+        assert code == 0 and approved["quarantined"] is False, approved
 
         async def answers() -> bool:
             return not (await call(client, "call_tool_read", read_time)).is_error
@@ -648,7 +650,8 @@ async def test_tool_changed_after_approval_is_refused_until_approved_again(tmp_p
             {"name": "clock", "changed": ["convert_time", "get_current_time"], "added": [], "removed": []}
         ]
 
-        assert not (await call(client, "quarantine_security", {"action": "approve", "name": "clock"})).is_error
+        code, approved = await stack.actl("approve", "clock")
+        assert code == 0, approved
         assert json.loads(text_of(await call(client, "call_tool_read", read_time)))["timezone"] == "UTC"
         inspected = data_of(await call(client, "quarantine_security", {"action": "inspect", "name": "clock"}))
         assert {tool["approval"] for tool in inspected["tools"]} == {"approved"}

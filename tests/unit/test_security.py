@@ -433,9 +433,9 @@ def test_the_rendered_report_explains_the_refusal_and_how_to_approve() -> None:
     assert "[HIGH" in text and "] add" in text
     assert "[LOW 0.00] get_forecast" in text
     assert "credential_access (sensitive_file)" in text
-    assert '"action": "approve", "server": "calc"' in text
-    assert "quarantine_security" in text
     assert "mcpvisor ctl approve calc" in text
+    assert "mcpvisor ctl inspect calc" in text
+    assert "quarantine_security" not in text  # no MCP client can approve
     assert text.index("] add") < text.index("] get_forecast")
 
 
