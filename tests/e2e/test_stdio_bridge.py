@@ -72,10 +72,12 @@ def text_of(result: types.CallToolResult) -> str:
 async def test_a_handshake_client_lists_and_calls_tools_and_keeps_its_session_across_a_restart(
     tmp_path: Path,
 ) -> None:
-    """Given a stack and a handshake-era client on `mcpvisor stdio URL`, tools list and run; when the whole
-    stack restarts, a call in flight fails (it is not sent twice), the client hears tools/list_changed, and
-    its next calls reach the new upstream."""
-    async with open_stack(tmp_path, {"echo": echo_server(policy={"stopwaitsecs": 1})}) as stack:
+    """Given a stack and a handshake-era client on `mcpvisor stdio URL`, tools list and run, and a server
+    disabled meanwhile is announced on the session's GET stream; when the whole stack restarts, a call in
+    flight fails (it is not sent twice), the client hears tools/list_changed, and its next calls reach the
+    new upstream."""
+    servers = {"echo": echo_server(policy={"stopwaitsecs": 1}), "other": echo_server("other")}
+    async with open_stack(tmp_path, servers) as stack:
         notices = Notices()
         async with Client(bridge(stack.direct_url), mode="legacy", message_handler=notices) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
@@ -84,6 +86,14 @@ async def test_a_handshake_client_lists_and_calls_tools_and_keeps_its_session_ac
             result = await client.call_tool("echo:weather", {"city": "Oslo"})
             assert result.structured_content == {"city": "Oslo", "temperature": 21.5, "conditions": "sunny"}
             first_pid = int(text_of(await client.call_tool("echo:pid", {})))
+
+            assert "other:echo" in names
+            code, _ = await stack.actl("disable", "other")
+            assert code == 0
+            with trio.fail_after(30):
+                await notices.tools_changed.wait()
+            assert not any(tool.name.startswith("other:") for tool in (await client.list_tools()).tools)
+            notices.tools_changed = trio.Event()
 
             in_flight: list[BaseException] = []
 
