@@ -160,14 +160,14 @@ async def sse_messages(lines: AsyncIterator[str]) -> AsyncIterator[bytes]:
     data: list[str] = []
     async for line in lines:
         if line == "":
-            if data:
-                yield "\n".join(data).encode()
+            if message := "\n".join(data).strip():
+                yield message.encode()
             data = []
         elif line.startswith("data:"):
             value = line[5:]
             data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data).encode()
+    if message := "\n".join(data).strip():
+        yield message.encode()
 
 
 def _answers_id(data: bytes, request_id: Any) -> bool:
