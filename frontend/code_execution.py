@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from mcpvisor.frontend.upstreams import UNAVAILABLE, NotFound, Refused, UpstreamError, Upstreams
 from mcpvisor.wire import lifetime
 
 CODE_EXECUTION_TOOL = "code_execution"
@@ -528,3 +529,70 @@ async def execute_code(
     if isinstance(value, float) and not math.isfinite(value):
         value = None
     return Outcome(False, _json_text({"ok": True, "value": value, "logs": logs}), calls)
+
+
+# -- bound to the door ------------------------------------------------------------------------------
+
+
+def door_callback(upstreams: Upstreams) -> CallTool:
+    """Inner calls through the door: the same lookup, gate, pins and activity record as call_tool_*.
+
+    A destructive tool runs only when the outer intent declares `operation_type: destructive`.
+    """
+
+    async def call_tool(
+        server: str, tool: str, args: dict[str, Any], intent: dict[str, Any] | None
+    ) -> tuple[bool, Any]:
+        try:
+            target = upstreams.find_tool(f"{server}:{tool}", quarantined=True)
+        except NotFound as exc:
+            return False, {
+                "code": "TOOL_UNAVAILABLE" if exc.code == UNAVAILABLE else "TOOL_NOT_FOUND",
+                "message": exc.message,
+            }
+        destructive = isinstance(intent, dict) and intent.get("operation_type") == "destructive"
+        params = {"name": target.tool, "arguments": args}
+        try:
+            result = await upstreams.call_tool(
+                target, params, None, via=CODE_EXECUTION_TOOL, intent=intent, destructive=destructive
+            )
+        except Refused as refused:
+            texts = [c.get("text", "") for c in refused.answer.get("content") or [] if isinstance(c, dict)]
+            if target.quarantined:
+                code = "QUARANTINED"
+            elif target.destructive and not destructive:
+                code = "DESTRUCTIVE_NOT_DECLARED"
+            else:
+                code = "REFUSED"  # e.g. the tool changed since it was approved
+            return False, {"code": code, "message": " ".join(t for t in texts if t) or "the call was refused"}
+        except UpstreamError as exc:
+            return False, {"code": "UPSTREAM_ERROR", "message": exc.message}
+        if isinstance(result, bytes):
+            try:
+                return True, json.loads(result)
+            except ValueError:
+                return False, {"code": "UPSTREAM_ERROR", "message": f"tool '{target.name}' answered with bad JSON"}
+        return False, {"code": "UNSUPPORTED", "message": f"tool '{target.name}' asked the client a question"}
+
+    return call_tool
+
+
+class CodeExecution:
+    """The `code_execution` built-in tool: a sandbox pool, the stored scripts folder and the door."""
+
+    def __init__(
+        self, upstreams: Upstreams, scripts_dir: Path | None, limits: Limits, pool: SandboxPool | None = None
+    ) -> None:
+        self.scripts_dir = scripts_dir
+        self.limits = limits
+        self.pool = pool or SandboxPool()
+        self._call_tool = door_callback(upstreams)
+
+    async def __call__(self, arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:
+        outcome = await execute_code(
+            arguments, self._call_tool, pool=self.pool, limits=self.limits, scripts_dir=self.scripts_dir
+        )
+        return outcome.tool_result()
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()

@@ -18,6 +18,7 @@ to 4 MB; every failure is a RegistryError naming the registry and what went wron
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import json
 import re
@@ -66,8 +67,11 @@ def _reference(name: str, title: str, description: str, kind: str, package: str,
             "name": f"io.modelcontextprotocol/{name}",
             "title": title,
             "description": description,
-            "repository": {"url": "https://github.com/modelcontextprotocol/servers", "source": "github",
-                           "subfolder": f"src/{name}"},
+            "repository": {
+                "url": "https://github.com/modelcontextprotocol/servers",
+                "source": "github",
+                "subfolder": f"src/{name}",
+            },
             "packages": [pkg],
         },
         "_meta": {"io.mcpvisor/builtin": {"tags": ["reference"]}},
@@ -76,28 +80,71 @@ def _reference(name: str, title: str, description: str, kind: str, package: str,
 
 # The reference servers of the MCP project, in the registry's own schema (server.json).
 BUILTIN_SERVERS: list[dict[str, Any]] = [
-    _reference("everything", "Everything", "Reference server that exercises every MCP feature: tools, resources,"
-               " prompts, sampling, logging.", "npm", "@modelcontextprotocol/server-everything"),
-    _reference("fetch", "Fetch", "Fetches a URL and returns its content as markdown for LLM use.", "pypi",
-               "mcp-server-fetch"),
     _reference(
-        "filesystem", "Filesystem", "Secure file operations with configurable access controls.", "npm",
+        "everything",
+        "Everything",
+        "Reference server that exercises every MCP feature: tools, resources, prompts, sampling, logging.",
+        "npm",
+        "@modelcontextprotocol/server-everything",
+    ),
+    _reference(
+        "fetch", "Fetch", "Fetches a URL and returns its content as markdown for LLM use.", "pypi", "mcp-server-fetch"
+    ),
+    _reference(
+        "filesystem",
+        "Filesystem",
+        "Secure file operations with configurable access controls.",
+        "npm",
         "@modelcontextprotocol/server-filesystem",
-        packageArguments=[{"type": "positional", "valueHint": "allowed_directory", "isRequired": True,
-                           "description": "A directory the server may read and write."}],
+        packageArguments=[
+            {
+                "type": "positional",
+                "valueHint": "allowed_directory",
+                "isRequired": True,
+                "description": "A directory the server may read and write.",
+            }
+        ],
     ),
     _reference(
-        "git", "Git", "Tools to read, search and change a Git repository.", "pypi", "mcp-server-git",
-        packageArguments=[{"type": "named", "name": "--repository", "valueHint": "repository_path",
-                           "description": "The repository to work on."}],
+        "git",
+        "Git",
+        "Tools to read, search and change a Git repository.",
+        "pypi",
+        "mcp-server-git",
+        packageArguments=[
+            {
+                "type": "named",
+                "name": "--repository",
+                "valueHint": "repository_path",
+                "description": "The repository to work on.",
+            }
+        ],
     ),
-    _reference("memory", "Memory", "Knowledge-graph-based persistent memory.", "npm",
-               "@modelcontextprotocol/server-memory"),
-    _reference("sequentialthinking", "Sequential Thinking", "Dynamic and reflective problem-solving through"
-               " thought sequences.", "npm", "@modelcontextprotocol/server-sequential-thinking"),
-    _reference("time", "Time", "Time and timezone conversion.", "pypi", "mcp-server-time",
-               packageArguments=[{"type": "named", "name": "--local-timezone", "valueHint": "timezone",
-                                  "description": "IANA timezone used as local time."}]),
+    _reference(
+        "memory", "Memory", "Knowledge-graph-based persistent memory.", "npm", "@modelcontextprotocol/server-memory"
+    ),
+    _reference(
+        "sequentialthinking",
+        "Sequential Thinking",
+        "Dynamic and reflective problem-solving through thought sequences.",
+        "npm",
+        "@modelcontextprotocol/server-sequential-thinking",
+    ),
+    _reference(
+        "time",
+        "Time",
+        "Time and timezone conversion.",
+        "pypi",
+        "mcp-server-time",
+        packageArguments=[
+            {
+                "type": "named",
+                "name": "--local-timezone",
+                "valueHint": "timezone",
+                "description": "IANA timezone used as local time.",
+            }
+        ],
+    ),
 ]
 
 
@@ -112,8 +159,13 @@ class Needs:
     secrets: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "headers": self.headers, "arguments": self.arguments,
-                "needs_secrets": bool(self.secrets), "secret_names": self.secrets}
+        return {
+            "env": self.env,
+            "headers": self.headers,
+            "arguments": self.arguments,
+            "needs_secrets": bool(self.secrets),
+            "secret_names": self.secrets,
+        }
 
 
 @dataclass
@@ -133,9 +185,17 @@ class Hit:
     repository: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "name": self.name, "title": self.title, "description": self.description,
-               "version": self.version, "suggested_name": self.suggested_name, "source": self.source,
-               "config": self.config, "needs": self.needs.as_dict()}
+        out = {
+            "id": self.id,
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "version": self.version,
+            "suggested_name": self.suggested_name,
+            "source": self.source,
+            "config": self.config,
+            "needs": self.needs.as_dict(),
+        }
         if self.repository:
             out["repository"] = self.repository
         if self.note:
@@ -314,11 +374,27 @@ def _is_latest(entry: Mapping[str, Any]) -> bool:
 
 def list_registries(configured: Mapping[str, RegistryConfig]) -> list[dict[str, Any]]:
     """Every registry a client may search: the built-in one first. Tokens are never shown."""
-    out = [{"id": BUILTIN_ID, "name": "MCP reference servers (built in, offline)", "url": None,
-            "protocol": PROTOCOL, "builtin": True, "has_token": False}]
+    out = [
+        {
+            "id": BUILTIN_ID,
+            "name": "MCP reference servers (built in, offline)",
+            "url": None,
+            "protocol": PROTOCOL,
+            "builtin": True,
+            "has_token": False,
+        }
+    ]
     for rid, reg in sorted(configured.items()):
-        out.append({"id": rid, "name": reg.name, "url": reg.url, "protocol": reg.protocol, "builtin": False,
-                    "has_token": reg.token is not None})
+        out.append(
+            {
+                "id": rid,
+                "name": reg.name,
+                "url": reg.url,
+                "protocol": reg.protocol,
+                "builtin": False,
+                "has_token": reg.token is not None,
+            }
+        )
     return out
 
 
@@ -337,8 +413,9 @@ async def check_host(url: str, *, allow_private: bool) -> None:
     if allow_private:
         return
     try:
-        infos = await trio.socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
-                                              type=socket.SOCK_STREAM)
+        infos = await trio.socket.getaddrinfo(
+            parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM
+        )
     except OSError:
         raise RegistryError(f"the registry host {parts.hostname} cannot be resolved") from None
     for info in infos:
@@ -452,8 +529,9 @@ def _check_limit(limit: Any) -> int:
     return limit
 
 
-def _client(rid: str, configured: Mapping[str, RegistryConfig], allow_private: bool,
-            environ: Mapping[str, str] | None) -> RegistryClient:
+def _client(
+    rid: str, configured: Mapping[str, RegistryConfig], allow_private: bool, environ: Mapping[str, str] | None
+) -> RegistryClient:
     if rid not in configured:
         known = ", ".join([BUILTIN_ID, *sorted(configured)])
         raise RegistryError(f"unknown registry {rid!r}; known: {known}")
@@ -587,8 +665,79 @@ async def answer_search_servers(
         return error_result(exc.message)
     assert registry is not None
     try:
-        hits = await search_servers(registry, search, tag, limit, configured=configured, allow_private=allow_private,
-                                    environ=environ)
+        hits = await search_servers(
+            registry, search, tag, limit, configured=configured, allow_private=allow_private, environ=environ
+        )
     except RegistryError as exc:
         return error_result(str(exc))
     return json_result({"registry": registry, "servers": hits, "total": len(hits)})
+
+
+# -- upstream_servers add_from_registry ------------------------------------------------------------
+
+ADD_FROM_REGISTRY = "add_from_registry"
+
+
+def with_add_from_registry(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The upstream_servers tool definition with the `add_from_registry` operation added."""
+    tool = copy.deepcopy(dict(definition))
+    properties = tool["inputSchema"]["properties"]
+    for key in ("operation", "action"):
+        if key in properties and ADD_FROM_REGISTRY not in properties[key].get("enum", []):
+            properties[key]["enum"] = [*properties[key]["enum"], ADD_FROM_REGISTRY]
+    properties["registry"] = {"type": "string", "description": "add_from_registry: a registry id (list_registries)."}
+    properties["id"] = {"type": "string", "description": "add_from_registry: the server's name in that registry."}
+    tool["description"] = (
+        tool["description"] + "\n- add_from_registry: `registry` and `id` (as search_servers shows them), optional "
+        "`name`: proposes that registry server as a new server, exactly like add; it runs only once approved."
+    )
+    return tool
+
+
+class AddFromRegistry:
+    """Wraps the upstream_servers handler: `add_from_registry` becomes an `add` of the registry's proposal."""
+
+    def __init__(
+        self,
+        upstream_servers: Any,
+        configured: Mapping[str, RegistryConfig],
+        *,
+        allow_private: bool = False,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.upstream_servers = upstream_servers
+        self.configured = configured
+        self.allow_private = allow_private
+        self.environ = environ
+
+    async def __call__(self, arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:
+        if (arguments.get("operation") or arguments.get("action")) != ADD_FROM_REGISTRY:
+            return await self.upstream_servers(arguments, ctx)
+        check_parameters(arguments, ("operation", "action", "registry", "id", "name"), what=ADD_FROM_REGISTRY)
+        registry = get_string(arguments, "registry", required=True, max_length=64)
+        server_id = get_string(arguments, "id", required=True, max_length=200)
+        name = get_string(arguments, "name", max_length=63)
+        assert registry is not None and server_id is not None
+        try:
+            proposal = await proposal_from_registry(
+                registry, server_id, configured=self.configured, allow_private=self.allow_private, environ=self.environ
+            )
+        except RegistryError as exc:
+            return error_result(str(exc))
+        # The same path as a client's `add`: checked, then kept as a proposal until an operator approves.
+        answer = await self.upstream_servers(
+            {"operation": "add", "name": name or proposal.name, **proposal.config}, ctx
+        )
+        if answer.get("isError") or not isinstance(answer.get("structuredContent"), dict):
+            return answer
+        result = dict(answer["structuredContent"])
+        result["registry"] = {"id": registry, "server": proposal.registry_server, "version": proposal.version}
+        needs = proposal.needs.as_dict()
+        if needs["env"] or needs["headers"] or needs["arguments"]:
+            result["needs"] = needs
+            missing = ", ".join([*needs["env"], *needs["headers"], *needs["arguments"]])
+            result["message"] = (
+                f"{result.get('message', '')} The registry entry asks for values that are not set: {missing}; "
+                "the operator supplies them (secrets as ${env:NAME} or ${file:PATH}) before or after approving."
+            ).strip()
+        return json_result(result)

@@ -31,6 +31,8 @@ BUILTINS = [
     "upstream_servers",
     "quarantine_security",
     "read_cache",
+    "list_registries",
+    "search_servers",
     "proxy",
 ]
 MODES = ("legacy", "auto")

@@ -184,8 +184,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def write_config(path: Path, servers: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> None:
-    path.write_text(tomli_w.dumps({"mcpvisor": dict(settings), "servers": {k: dict(v) for k, v in servers.items()}}))
+def write_config(
+    path: Path,
+    servers: Mapping[str, Mapping[str, Any]],
+    settings: Mapping[str, Any],
+    tables: Mapping[str, Any] | None = None,
+) -> None:
+    """`tables`: more top-level tables, such as `registries`."""
+    document = {"mcpvisor": dict(settings), "servers": {k: dict(v) for k, v in servers.items()}, **(tables or {})}
+    path.write_text(tomli_w.dumps(document))
 
 
 @asynccontextmanager
@@ -197,6 +204,7 @@ async def open_stack(
     wait_for: list[str] | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    tables: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Stack]:
     """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards."""
     port = free_port()
@@ -207,7 +215,7 @@ async def open_stack(
     config_path = tmp_path / "mcpvisor.toml"
     all_settings = {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(data_dir)}
     all_settings.update(settings or {})
-    write_config(config_path, servers, all_settings)
+    write_config(config_path, servers, all_settings, tables)
     process_env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), **(env or {})}
     process_env.pop("RUNTIME_DIRECTORY", None)
     with open(data_dir / "supervisor.out", "ab") as out:
