@@ -1,7 +1,11 @@
 """`upstream_servers`: list, add, remove, patch, enable, disable, restart upstream servers and tail their logs.
 
-Listing reads the frontend's own view; every change is a command to the supervisor, which owns the
-configuration file, validates the change, writes it and publishes the new table back.
+Listing reads the frontend's own view. An MCP client may be steered by a prompt injection, so what
+it asks to change about what runs never takes effect here: `add`, a patch of what a server runs or
+where it connects, `remove`, `enable` and `disable` become proposals the supervisor keeps until an
+operator approves them (`mcpvisor ctl approve NAME`). Only a patch of `policy` and `restart` act
+at once. Secret references (`${env:...}`, `${file:...}`) are refused in anything a client sends;
+the supervisor checks all of this again, so a bug here is not enough to get around it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from mcpvisor.frontend.tool_args import (
 from mcpvisor.frontend.upstreams import Upstreams
 from mcpvisor.wire.config import SERVER_NAME, ServerConfig
 from mcpvisor.wire.merge import deep_merge
+from mcpvisor.wire.proposals import DIRECT_FIELDS, describe_references, redact_url, secret_references
+from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.secrets import redact_table
 
 UPSTREAM_TOOL_NAME: Final = "upstream_servers"
@@ -34,7 +40,7 @@ DEFAULT_LINES: Final = 50
 MAX_LINES: Final = 1000
 
 # Server table fields a client may set, and the JSON type each takes. `quarantined` is not among
-# them: leaving quarantine is an approval (`quarantine_security`), not a config edit.
+# them: leaving quarantine is an operator's approval, not a config edit.
 _FIELDS: Final[dict[str, type]] = {
     "command": str,
     "args": list,
@@ -67,12 +73,16 @@ UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
         "Manage the upstream MCP servers.\n"
         "- list: every server with its state, tool count, enabled, quarantined, transport and command or "
         "URL (secret values redacted).\n"
-        "- add: a new server (`name` and `command` or `url`, with `args`, `env`, `cwd`, `headers`, "
-        "`transport`, `enabled`, `policy`); it starts quarantined until approved with quarantine_security.\n"
+        "- add: propose a new server (`name` and `command` or `url`, with `args`, `env`, `cwd`, `headers`, "
+        "`transport`, `enabled`, `policy`).\n"
         "- update / patch: change only the fields given (scalars replace, maps such as env and headers "
-        "merge, arrays such as args replace, null removes a field).\n"
-        "- remove, enable, disable, restart: by `name`.\n"
+        "merge, arrays such as args replace, null removes a field). A change of `policy` alone applies at "
+        "once; any other is proposed.\n"
+        "- remove, enable, disable: propose it for server `name`. restart: restart it now.\n"
         "- tail_log: the last `lines` lines of the server's log.\n"
+        "A proposal is pending: nothing runs, connects or changes until an operator approves it with "
+        "`mcpvisor ctl approve NAME`; `list` shows what is pending. Secret references (${env:...}, "
+        "${file:...}) are refused: only the operator may write them, in the config file.\n"
         "Nested values may also be passed as JSON text: args_json, env_json, headers_json, policy_json."
     ),
     "inputSchema": {
@@ -87,7 +97,7 @@ UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
             "env": {
                 "type": ["object", "null"],
                 "additionalProperties": {"type": ["string", "null"]},
-                "description": "Environment variables; values may reference secrets as ${env:NAME} or ${file:PATH}.",
+                "description": "Environment variables (literal values; ${env:...} and ${file:...} are refused).",
             },
             "env_json": {"type": "string", "description": "`env` as a JSON object string."},
             "cwd": {"type": ["string", "null"], "description": "Working directory of a stdio server."},
@@ -100,7 +110,7 @@ UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
             "headers": {
                 "type": ["object", "null"],
                 "additionalProperties": {"type": ["string", "null"]},
-                "description": "HTTP headers; values may reference secrets as ${env:NAME} or ${file:PATH}.",
+                "description": "HTTP headers (literal values; ${env:...} and ${file:...} are refused).",
             },
             "headers_json": {"type": "string", "description": "`headers` as a JSON object string."},
             "enabled": {"type": ["boolean", "null"], "description": "Whether the server runs."},
@@ -142,20 +152,22 @@ class UpstreamServers:
         allowed = ("operation", "action", *(("name",) if operation != "list" else ()), *_ALLOWED[operation])
         check_parameters(arguments, allowed, what=what)
         if operation == "list":
-            return json_result({"servers": self.list_servers()})
+            return json_result({"servers": self.list_servers(), **await self._pending()})
         name = get_string(arguments, "name", required=True)
         assert name is not None
+        if operation == "tail_log":
+            self._known(name)
+            lines = get_integer(arguments, "lines", default=DEFAULT_LINES, minimum=1, maximum=MAX_LINES)
+            return await self._control(operation, name, "tail", [name, "--lines", str(lines)])
+        self._refuse_when_off(operation)
         if operation == "add":
             return await self._add(name, arguments)
         self._known(name)
         if operation in ("update", "patch"):
             return await self._patch(name, arguments)
-        if operation == "tail_log":
-            lines = get_integer(arguments, "lines", default=DEFAULT_LINES, minimum=1, maximum=MAX_LINES)
-            return await self._control(operation, name, "tail", [name, "--lines", str(lines)])
-        if operation == "remove":
-            return await self._control(operation, name, "server.remove", [name])
-        return await self._control(operation, name, operation, [name])
+        if operation == "restart":
+            return await self._control(operation, name, operation, [name])
+        return await self._propose(operation, name, {"name": name, "action": operation})
 
     def list_servers(self) -> list[dict[str, Any]]:
         """Every configured server, with what the frontend knows of its state; secrets redacted."""
@@ -177,24 +189,37 @@ class UpstreamServers:
                 "quarantined": config.quarantined if config is not None else False,
             }
             if view is not None and view.error and state != "ready":
-                entry["error"] = view.error
+                entry["error"] = redact_secrets(view.error)
             if config is not None:
                 entry["transport"] = config.kind
                 if config.command is not None:
                     entry["command"] = config.command
-                    entry["args"] = list(config.args)
+                    entry["args"] = [redact_secrets(arg) for arg in config.args]
                     if config.cwd is not None:
                         entry["cwd"] = config.cwd
-                    entry["env"] = redact_table(config.env)
+                    entry["env"] = _redacted(config.env)
                 else:
-                    entry["url"] = config.url
-                    entry["headers"] = redact_table(config.headers)
+                    entry["url"] = redact_url(config.url or "")
+                    entry["headers"] = _redacted(config.headers)
             servers.append(entry)
         return servers
+
+    async def _pending(self) -> dict[str, Any]:
+        """The changes clients proposed that wait for an operator, as the supervisor keeps them."""
+        try:
+            result = await self.control.call("server.proposals")
+        except ControlError as exc:
+            return {"pending_error": f"the pending proposals could not be read: {exc}"}
+        return {"pending": result.get("proposals", []) if isinstance(result, dict) else []}
 
     # -- changes ---------------------------------------------------------------------------------
 
     async def _add(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        table = {key: value for key, value in _table_fields(arguments).items() if value is not None}
+        return await self.propose_add(name, table)
+
+    async def propose_add(self, name: str, table: Mapping[str, Any]) -> dict[str, Any]:
+        """Propose a new server with this table: checked here, kept by the supervisor, run only once approved."""
         if not SERVER_NAME.match(name) or name == "frontend":
             raise ToolInputError(
                 f"Invalid server name '{name}': use letters, digits, '_', '-' or '.' (no ':' or '/'), "
@@ -202,30 +227,46 @@ class UpstreamServers:
             )
         if name in self.upstreams.servers:
             raise ToolInputError(f"Server '{name}' already exists; change it with operation 'patch'")
-        table = {key: value for key, value in _table_fields(arguments).items() if value is not None}
+        _refuse_references(name, table)
         _check_table(name, table)
-        answer = await self._control("add", name, "server.add", data={"name": name, "config": table})
-        if not answer["isError"]:
-            answer = json_result(
-                {
-                    **answer["structuredContent"],
-                    "quarantined": True,
-                    "message": (
-                        f"Server '{name}' added. It is quarantined: its tools are hidden and not run until an "
-                        f'operator approves it with quarantine_security {{"action": "approve", "name": "{name}"}}.'
-                    ),
-                }
-            )
-        return answer
+        return await self._propose("add", name, {"name": name, "action": "add", "config": dict(table)})
 
     async def _patch(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         patch = _table_fields(arguments)
         if not patch:
             accepted = ", ".join(_TABLE_PARAMETERS)
             raise ToolInputError(f"Nothing to change for server '{name}': give one or more of {accepted}")
+        _refuse_references(name, patch)
         current = msgspec.to_builtins(self.upstreams.servers[name])
         _check_table(name, deep_merge(current, patch))
-        return await self._control("patch", name, "server.patch", data={"name": name, "patch": patch})
+        if set(patch) <= DIRECT_FIELDS:  # timeouts and restart limits: nothing new runs or connects
+            return await self._control("patch", name, "server.patch", data={"name": name, "patch": patch})
+        return await self._propose("patch", name, {"name": name, "action": "patch", "patch": patch})
+
+    async def _propose(self, operation: str, name: str, data: dict[str, Any]) -> dict[str, Any]:
+        answer = await self._control(operation, name, "server.propose", data=data)
+        if answer["isError"]:
+            return answer
+        result = dict(answer["structuredContent"])
+        if not result.get("pending"):
+            result["message"] = f"Server '{name}' is already as asked; nothing to change."
+            return json_result(result)
+        action = result.get("action", operation)
+        result["message"] = (
+            f"PENDING, NOT APPLIED: the {action} of server '{name}' is proposed. Nothing runs, connects or "
+            f"changes until an operator approves it with `mcpvisor ctl approve {name}` (after reviewing it with "
+            f"`mcpvisor ctl inspect {name}`); an operator may also reject it. upstream_servers list shows it "
+            "under 'pending'. Do not retry: a new proposal for the same server replaces this one."
+        )
+        return json_result(result)
+
+    def _refuse_when_off(self, operation: str) -> None:
+        if self.upstreams.settings.client_server_changes == "off":
+            raise ToolInputError(
+                f"{UPSTREAM_TOOL_NAME} {operation} is refused: the operator has turned off changes to the servers "
+                'from MCP clients (client_server_changes = "off" in [mcpvisor]). Ask the operator to make the '
+                "change in the config file or with mcpvisor ctl."
+            )
 
     async def _control(
         self, operation: str, name: str, command: str, args: list[str] | None = None, data: Any = None
@@ -290,6 +331,17 @@ def _table_fields(arguments: Mapping[str, Any]) -> dict[str, Any]:
             raise ToolInputError(f"Parameter '{field}' must be {expected} or null, got {json_type(value)}")
         table[field] = value
     return table
+
+
+def _redacted(table: Mapping[str, str]) -> dict[str, str]:
+    """Env or header values for a listing: secret-named ones masked, secret-looking parts of the rest too."""
+    return {key: redact_secrets(value) for key, value in redact_table(table).items()}
+
+
+def _refuse_references(name: str, table: Mapping[str, Any]) -> None:
+    """A secret reference is the operator's to write: from a client it would read any file or variable."""
+    if where := secret_references(table):
+        raise ToolInputError(describe_references(name, where))
 
 
 def _check_table(name: str, table: Mapping[str, Any]) -> None:

@@ -39,6 +39,7 @@ from mcpvisor.wire.messages import (
     Report,
 )
 from mcpvisor.wire.operator import Action, OperatorResult
+from mcpvisor.wire.proposals import ProposalStore
 from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
@@ -122,6 +123,9 @@ class Supervisor:
         self.started_at = time.monotonic()
         self.notifier = notifier or Notifier()
         self.commands = load_all()
+        # Clients' proposed changes to the servers, waiting for an operator (kept across restarts).
+        self.proposals = ProposalStore.load(self.data_dir)
+        self.proposals.prune(config.servers)
         self.config_version = 0
         self._events: ZSocket | None = None
         self._control: ZSocket | None = None
@@ -428,6 +432,7 @@ class Supervisor:
     async def apply(self, new: Config, diff: ConfigDiff) -> ConfigDiff:
         """Make the running processes match `new`: touch only what the diff names."""
         self.config = new
+        self.proposals.prune(new.servers)
         # Tell the frontend first: a disabled or removed server disappears from clients' lists
         # now, not after its worker has finished stopping.
         self.publish_config()
@@ -456,6 +461,7 @@ class Supervisor:
         async with self._ops_lock:
             await self._remove_programs([name for name in self.programs if name != FRONTEND])
             self.config = new
+            self.proposals.prune(new.servers)
             frontend = self.programs[FRONTEND]
             frontend.launch = self.frontend_launch()
             await self.stop_programs([frontend])

@@ -95,6 +95,9 @@ class Settings(_Strict):
     code_execution_max_parallel: Annotated[int, msgspec.Meta(ge=1, le=32)] = 8  # call_tools' default
     # A registry whose host resolves to a loopback, private or link-local address is refused unless true.
     allow_private_registry_fetch: bool = False
+    # What an MCP client's `upstream_servers` changes become: "propose" keeps them pending until an
+    # operator runs `mcpvisor ctl approve NAME`; "off" refuses them.
+    client_server_changes: Literal["propose", "off"] = "propose"
 
 
 REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

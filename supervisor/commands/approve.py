@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from mcpvisor.supervisor.commands import Args, command
+from mcpvisor.supervisor.commands.server_propose import apply_proposal
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -18,6 +19,9 @@ class ServerTools(Args):
 
 
 def render(result: dict[str, Any]) -> str:
+    if result.get("kind") == "proposal":
+        done = "approved and applied" if result["action"] == "approve" else "rejected"
+        return f"{result['name']}: proposed {result['proposal']} {done}"
     if result["action"] == "approve":
         what = f"tools {', '.join(result['tools'])} approved" if result["tools"] else "approved"
         approved = ", ".join(result["approved_tools"]) or "none"
@@ -31,9 +35,16 @@ def render(result: dict[str, Any]) -> str:
 async def approve(sup: Supervisor, args: ServerTools) -> dict[str, Any]:
     """Approve a server: take it out of quarantine and pin its tools as they are now.
 
+    When an MCP client proposed a change to NAME (see `pending`), approving NAME applies that
+    change instead (an added server runs, unquarantined) and writes the config file; approve
+    again for its tools.
+
     With TOOL..., approve only those tools (a changed tool, or some tools of a quarantined server);
     the others stay withheld. The server must be connected so its tools are known. Clients see the
     approved tools at once; the config file records `quarantined = false`. Review first with
     `inspect NAME`. Exits 4 for an unknown server or tool.
     """
+    proposal = sup.proposals.get(args.name)
+    if proposal is not None and not args.tools:
+        return await apply_proposal(sup, proposal)
     return msgspec.to_builtins(await sup.ask_frontend("approve", args.name, args.tools))

@@ -2,18 +2,50 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from mcpvisor.supervisor.commands import Name, command
+from mcpvisor.supervisor.commands.server_propose import inspection
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 
+def render_proposal(result: dict[str, Any]) -> str:
+    lines = [f"proposal: {result['action']} server {result['name']} (by an MCP client, {result['proposed_at']})"]
+    if result["command"]:
+        lines.append(f"  command:   {shlex.join(result['command'])}")
+        if result["cwd"]:
+            lines.append(f"  cwd:       {result['cwd']}")
+    if result["url"]:
+        lines.append(f"  url:       {result['url']} ({result['transport']})")
+    if result["command"] or result["url"]:
+        lines.append(f"  env:       {', '.join(result['env']) or '-'}")
+        lines.append(f"  headers:   {', '.join(result['headers']) or '-'}")
+    if result["changes"]:
+        lines.append("  changes:")
+        width = max(len(change["field"]) for change in result["changes"]) + 2
+        for change in result["changes"]:
+            lines.append(f"    {change['field']:<{width}}{_value(change['before'])} -> {_value(change['after'])}")
+    lines.append(f"  approve: mcpvisor ctl approve {result['name']}   reject: mcpvisor ctl block {result['name']}")
+    return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return "[" + ", ".join(value) + "]"
+    return json.dumps(value)
+
+
 def render(result: dict[str, Any]) -> str:
+    if result.get("kind") == "proposal":
+        return render_proposal(result)
     state = "quarantined" if result["quarantined"] else "approved"
     state += ", connected" if result["connected"] else ", not connected"
     if not result["enabled"]:
@@ -44,8 +76,14 @@ def render(result: dict[str, Any]) -> str:
 async def inspect(sup: Supervisor, args: Name) -> dict[str, Any]:
     """Show what a server runs or connects to and the security analysis of its tools.
 
+    For a change an MCP client proposed: the action, the exact command line or URL it would run
+    or connect to, its env and header names, and each field's value before and after.
+
     The command line or URL (credentials redacted), the names of its env variables and headers
     (never their values), and each tool's risk and findings, marked approved, not approved,
     changed since approval or new since approval. Exits 4 for an unknown server.
     """
+    proposal = sup.proposals.get(args.name)
+    if proposal is not None:
+        return inspection(sup, proposal)
     return msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))

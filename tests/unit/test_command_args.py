@@ -64,12 +64,17 @@ def test_the_frontends_commands_take_typed_data_as_it_is() -> None:
     assert refusal("server.quarantine", [], {"name": "gamma", "quarantined": "yes"}).startswith(
         "server.quarantine: bad argument QUARANTINED: expected `bool`"
     )
-    assert refusal("server.add", [], {"config": {}}).startswith("server.add: missing argument NAME")
+    assert refusal("server.propose", [], {"action": "add", "config": {}}).startswith(
+        "server.propose: missing argument NAME"
+    )
+    assert refusal("server.propose", [], {"name": "a", "action": "run"}).startswith(
+        "server.propose: bad argument ACTION: invalid enum value 'run'"
+    )
     assert refusal("server.patch", [], {"name": "a", "patch": {}, "extra": 1}).startswith(
         "server.patch: unknown argument 'extra'"
     )
-    assert refusal("server.add", [], [1, 2]).startswith("server.add: bad arguments: Expected `object`")
-    assert refusal("server.add", ["a"], {"name": "a"}).startswith("server.add: takes its arguments as data")
+    assert refusal("server.propose", [], [1, 2]).startswith("server.propose: bad arguments: Expected `object`")
+    assert refusal("server.propose", ["a"], {"name": "a"}).startswith("server.propose: takes its arguments as data")
 
 
 def test_every_ctl_command_has_help_and_a_usage_line() -> None:

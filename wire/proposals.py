@@ -1,0 +1,206 @@
+"""Changes an MCP client proposes to the servers, kept until an operator approves or blocks them.
+
+A client (which a prompt injection may steer) cannot change what runs: `upstream_servers add`,
+a patch of what a server runs or where it connects, `remove`, `enable` and `disable` become a
+`Proposal` the supervisor keeps in `proposals.json` in the data dir. Nothing in a proposal is
+spawned, connected to or resolved; `mcpvisor ctl approve NAME` applies it, `ctl block NAME`
+drops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+
+from mcpvisor.wire.redaction import redact_secrets
+from mcpvisor.wire.secrets import SECRET_REF
+
+log = logging.getLogger(__name__)
+
+ProposalAction = Literal["add", "patch", "remove", "enable", "disable"]
+PROPOSAL_ACTIONS: Final = ("add", "patch", "remove", "enable", "disable")
+FILE_NAME: Final = "proposals.json"
+
+# Patch fields that change what runs or where it connects, or whether it runs: a client's patch
+# touching any of them is a proposal. A patch of `policy` alone applies at once.
+RUN_FIELDS: Final = frozenset({"command", "args", "cwd", "env", "url", "headers", "transport", "enabled"})
+# What a client may patch directly.
+DIRECT_FIELDS: Final = frozenset({"policy"})
+
+
+class Proposal(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """One pending change to server `name`."""
+
+    name: str
+    action: ProposalAction
+    config: dict[str, Any] | None = None  # add: the server table; patch: the table it gave when proposed
+    patch: dict[str, Any] | None = None  # patch: the fields as the client gave them (null removes)
+    proposed_at: float  # seconds since the epoch
+
+
+class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    version: int = 1
+    proposals: list[Proposal] = []
+
+
+def secret_references(table: Any, path: str = "") -> list[str]:
+    """Where in `table` (keys and values, at any depth) a `${env:...}` or `${file:...}` reference stands.
+
+    Only an operator may write one: a client that could would read any file or environment
+    variable of the user running mcpvisor and have it sent wherever it points the server.
+    Returns the field paths (`env.TOKEN`, `args[2]`), never the values.
+    """
+    found: list[str] = []
+    if isinstance(table, str):
+        if SECRET_REF.search(table) or _loose_reference(table):
+            found.append(path or "value")
+    elif isinstance(table, Mapping):
+        for key, value in table.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and (SECRET_REF.search(key) or _loose_reference(key)):
+                found.append(f"{path}.<key>" if path else "<key>")
+            found += secret_references(value, where)
+    elif isinstance(table, list | tuple):
+        for index, value in enumerate(table):
+            found += secret_references(value, f"{path}[{index}]")
+    return found
+
+
+def _loose_reference(text: str) -> bool:
+    # `${env:NAME}` with odd spacing or case is not resolved today, but refusing it costs nothing
+    # and keeps a later, more lenient resolver from opening the door.
+    lowered = text.lower().replace(" ", "")
+    return "${env:" in lowered or "${file:" in lowered
+
+
+def describe_references(name: str, where: list[str]) -> str:
+    """The refusal a client gets for secret references in what it sent (field paths, no values)."""
+    fields = ", ".join(_clip(path) for path in where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+    return (
+        f"Server '{name}': secret references (${{env:...}}, ${{file:...}}) are not accepted from an MCP client "
+        f"(found in {fields}). Only the operator may write them, in the config file; ask the operator to add "
+        "the secret there."
+    )
+
+
+def redact_url(url: str) -> str:
+    """`url` without the credentials in its user info or in secret-looking query parameters."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL one can take apart: show none of it
+        return "***"
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=f"***@{parts.netloc.rsplit('@', 1)[1]}")
+    return redact_secrets(urlunsplit(parts))
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+class ProposalStore:
+    """The pending proposals by server name, persisted to `proposals.json` (0600, replaced atomically)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._items: dict[str, Proposal] = {}
+
+    @classmethod
+    def load(cls, data_dir: Path) -> ProposalStore:
+        """The proposals saved in `data_dir`; a missing file is none, an unreadable one is set aside."""
+        store = cls(data_dir / FILE_NAME)
+        with contextlib.suppress(FileNotFoundError):
+            _temp(store.path).unlink()  # a write killed half-way
+        try:
+            raw = store.path.read_bytes()
+        except FileNotFoundError:
+            return store
+        try:
+            saved = msgspec.json.decode(raw, type=_File)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            aside = store.path.with_name(f"{FILE_NAME}.unreadable")
+            os.replace(store.path, aside)
+            log.error("%s cannot be read (%s); set aside as %s, starting with no proposals", store.path, exc, aside)
+            return store
+        store._items = {proposal.name: proposal for proposal in saved.proposals}
+        return store
+
+    def __iter__(self) -> Iterator[Proposal]:
+        return iter(sorted(self._items.values(), key=lambda proposal: (proposal.proposed_at, proposal.name)))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, name: str) -> Proposal | None:
+        return self._items.get(name)
+
+    def put(self, proposal: Proposal) -> Proposal | None:
+        """Keep `proposal` (it replaces one for the same name) and save; the one replaced, if any."""
+        replaced = self._items.get(proposal.name)
+        self._items[proposal.name] = proposal
+        self._save()
+        return replaced
+
+    def pop(self, name: str) -> Proposal | None:
+        proposal = self._items.pop(name, None)
+        if proposal is not None:
+            self._save()
+        return proposal
+
+    def prune(self, servers: Iterable[str]) -> list[Proposal]:
+        """Drop the proposals the servers now configured make stale; the ones dropped.
+
+        An add for a name the operator has since configured, and a change to a server that is no
+        longer configured, could only be applied to something the client never saw.
+        """
+        existing = set(servers)
+        stale = [
+            proposal for proposal in self._items.values() if (proposal.action == "add") == (proposal.name in existing)
+        ]
+        for proposal in stale:
+            del self._items[proposal.name]
+        if stale:
+            self._save()
+            for proposal in stale:
+                log.info("proposal to %s server %r dropped: the servers changed", proposal.action, proposal.name)
+        return stale
+
+    def _save(self) -> None:
+        data = msgspec.json.encode(_File(proposals=list(self)))
+        tmp = _temp(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with open(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def new_proposal(
+    name: str, action: ProposalAction, *, config: dict[str, Any] | None = None, patch: dict[str, Any] | None = None
+) -> Proposal:
+    return Proposal(name=name, action=action, config=config, patch=patch, proposed_at=time.time())
+
+
+def _temp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
