@@ -1,7 +1,8 @@
 """The operator's approval commands: `ctl pending`, `inspect`, `approve` and `block`, on a real stack.
 
-A client proposes a server over MCP (`upstream_servers add`); it stays quarantined until the
-operator, on the control socket, reviews and approves it; blocking hides it again.
+A client proposes a server over MCP (`upstream_servers add`); nothing of it runs until the operator,
+on the control socket, approves the proposal. Quarantined, its tools wait for the operator's review
+and approval; blocking hides them again.
 """
 
 from __future__ import annotations
@@ -57,22 +58,33 @@ async def ctl_text(stack: Stack, *args: str) -> tuple[int, str]:
 
 
 async def test_operator_reviews_approves_and_blocks_a_proposed_server(tmp_path: Path) -> None:
-    async with open_stack(tmp_path, {"alpha": echo_server("alpha")}) as stack, stack.client("/mcp/direct") as client:
-        gamma = echo_server("gamma")
+    # gamma is in the config file but quarantined: the operator has not reviewed its tools yet.
+    gamma = echo_server("gamma", quarantined=True)
+    servers = {"alpha": echo_server("alpha"), "gamma": gamma}
+    async with open_stack(tmp_path, servers) as stack, stack.client("/mcp/direct") as client:
+        # A client's proposal is listed beside it, and rejected.
+        delta = echo_server("delta")
         with trio.fail_after(15):
             added = await client.call_tool(
                 "upstream_servers",
                 {
                     "operation": "add",
-                    "name": "gamma",
-                    "command": gamma["command"],
-                    "args_json": json.dumps(gamma["args"]),
+                    "name": "delta",
+                    "command": delta["command"],
+                    "args_json": json.dumps(delta["args"]),
                 },
             )
         assert not added.is_error, text_of(added)
-        await stack.wait_ready(["gamma"])
+        code, pending = await ctl(stack, "pending")
+        assert code == 0 and [(row["name"], row["action"]) for row in pending["proposals"]] == [("delta", "add")]
+        code, text = await ctl_text(stack, "block", "delta")
+        assert code == 0 and text.strip() == "delta: proposed add rejected"
+        assert "delta" not in stack.config_path.read_text()
 
-        # Proposed, so quarantined: listed as pending, its tools neither shown nor run.
+        async def gamma_hidden() -> bool:
+            return not any(name.startswith("gamma:") for name in await tool_names(client))
+
+        # Quarantined: listed as pending, its tools neither shown nor run.
         code, pending = await ctl(stack, "pending")
         assert code == 0
         assert [(row["name"], row["reason"]) for row in pending["servers"]] == [("gamma", "quarantined")]
@@ -110,7 +122,7 @@ async def test_operator_reviews_approves_and_blocks_a_proposed_server(tmp_path: 
         assert not answered.is_error and text_of(answered) == "approved"
         assert "quarantined = true" not in stack.config_path.read_text().split("[servers.gamma]")[1]
         code, pending = await ctl(stack, "pending")
-        assert code == 0 and pending["servers"] == []
+        assert code == 0 and pending["servers"] == [] and pending["proposals"] == []
         code, text = await ctl_text(stack, "pending")
         assert code == 0 and text.strip() == "Nothing is pending"
 
@@ -138,9 +150,6 @@ async def test_operator_reviews_approves_and_blocks_a_proposed_server(tmp_path: 
         # The whole server blocked: quarantined again, in the config file too.
         code, text = await ctl_text(stack, "block", "gamma")
         assert code == 0 and text.strip() == "gamma: blocked (quarantined)"
-
-        async def gamma_hidden() -> bool:
-            return not any(name.startswith("gamma:") for name in await tool_names(client))
 
         await wait_until(gamma_hidden, "gamma hidden after block")
         assert "quarantined = true" in stack.config_path.read_text().split("[servers.gamma]")[1]
@@ -177,7 +186,7 @@ async def test_operator_commands_refuse_bad_arguments_and_unknown_names(tmp_path
 
         # A server from the config file, never approved, is not pending; its tools stay usable.
         code, pending = await ctl(stack, "pending")
-        assert code == 0 and pending == {"kind": "pending", "servers": []}
+        assert code == 0 and pending == {"kind": "pending", "servers": [], "proposals": []}
         code, inspection = await ctl(stack, "inspect", "alpha")
         assert code == 0 and inspection["quarantined"] is False and inspection["env"] == []
         code, help_text = await ctl_text(stack, "help", "approve")

@@ -163,7 +163,9 @@ async def test_a_clients_add_runs_nothing_until_the_operator_approves_it(tmp_pat
 async def test_patch_remove_and_disable_from_a_client_wait_while_the_old_server_keeps_serving(tmp_path: Path) -> None:
     marker = tmp_path / "PATCHED"
     script = UPSTREAMS / "echo_server.py"
-    wrapped = f"touch {shlex.quote(str(marker))}; exec {shlex.quote(sys.executable)} {shlex.quote(str(script))} --name gamma"
+    wrapped = (
+        f"touch {shlex.quote(str(marker))}; exec {shlex.quote(sys.executable)} {shlex.quote(str(script))} --name gamma"
+    )
     async with open_stack(tmp_path, {"gamma": echo_server("gamma")}) as stack, stack.client() as client:
         old_pid = await upstream_pid(client, "gamma")
         patched = await manage(client, operation="patch", name="gamma", command="sh", args=["-c", wrapped])
@@ -238,7 +240,7 @@ def capture_server() -> Iterator[tuple[str, list[str]]]:
             self.send_response(404)
             self.end_headers()
 
-        do_GET = do_POST = do_DELETE = _record  # noqa: N815
+        do_GET = do_POST = do_DELETE = _record
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -257,9 +259,10 @@ async def test_secret_references_from_a_client_are_refused_and_nothing_is_sent(t
     secret_file = tmp_path / "id_rsa"
     secret_file.write_text("PRIVATE-KEY-CONTENT-1234")
     with capture_server() as (url, seen):
-        async with open_stack(
-            tmp_path, {"alpha": echo_server("alpha")}, env={"STOLEN_TOKEN": "env-secret-5678"}
-        ) as stack, stack.client() as client:
+        async with (
+            open_stack(tmp_path, {"alpha": echo_server("alpha")}, env={"STOLEN_TOKEN": "env-secret-5678"}) as stack,
+            stack.client() as client,
+        ):
             attempts = [
                 {"operation": "add", "name": "steal", "url": url, "headers": {"X-Steal": f"${{file:{secret_file}}}"}},
                 {"operation": "add", "name": "steal", "url": url, "headers_json": '{"X-Token": "${env:STOLEN_TOKEN}"}'},
@@ -293,26 +296,28 @@ async def test_secret_references_from_a_client_are_refused_and_nothing_is_sent(t
 async def test_client_changes_turned_off_are_refused_with_the_setting_named(tmp_path: Path) -> None:
     marker = tmp_path / "MARKER"
     settings = {"client_server_changes": "off"}
-    async with open_stack(tmp_path, {"alpha": echo_server("alpha")}, settings=settings) as stack:
-        async with stack.client() as client:
-            config_before = stack.config_path.read_text()
-            for attempt in [
-                {"operation": "add", "name": "evil", "command": "sh", "args": ["-c", f"touch {marker}"]},
-                {"operation": "patch", "name": "alpha", "policy": {"call_timeout": 5}},
-                {"operation": "patch", "name": "alpha", "command": "sh"},
-                {"operation": "remove", "name": "alpha"},
-                {"operation": "disable", "name": "alpha"},
-                {"operation": "enable", "name": "alpha"},
-            ]:
-                result = await manage(client, **attempt)
-                assert result.is_error, attempt
-                assert 'client_server_changes = "off"' in text_of(result), text_of(result)
-            listed = await listing(client)
-            assert [server["name"] for server in listed["servers"]] == ["alpha"] and listed["pending"] == []
-            await trio.sleep(1)
-            assert not marker.exists()
-            assert stack.config_path.read_text() == config_before
-            assert await echo(client, "alpha", "still on") == "still on"
+    async with (
+        open_stack(tmp_path, {"alpha": echo_server("alpha")}, settings=settings) as stack,
+        stack.client() as client,
+    ):
+        config_before = stack.config_path.read_text()
+        for attempt in [
+            {"operation": "add", "name": "evil", "command": "sh", "args": ["-c", f"touch {marker}"]},
+            {"operation": "patch", "name": "alpha", "policy": {"call_timeout": 5}},
+            {"operation": "patch", "name": "alpha", "command": "sh"},
+            {"operation": "remove", "name": "alpha"},
+            {"operation": "disable", "name": "alpha"},
+            {"operation": "enable", "name": "alpha"},
+        ]:
+            result = await manage(client, **attempt)
+            assert result.is_error, attempt
+            assert 'client_server_changes = "off"' in text_of(result), text_of(result)
+        listed = await listing(client)
+        assert [server["name"] for server in listed["servers"]] == ["alpha"] and listed["pending"] == []
+        await trio.sleep(1)
+        assert not marker.exists()
+        assert stack.config_path.read_text() == config_before
+        assert await echo(client, "alpha", "still on") == "still on"
 
 
 async def test_a_proposal_survives_a_restart_and_is_approved_afterwards(tmp_path: Path) -> None:

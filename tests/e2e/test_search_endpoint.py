@@ -495,8 +495,22 @@ async def upstream_list(client: Client) -> dict[str, dict[str, Any]]:
     return {server["name"]: server for server in listed["servers"]}
 
 
+async def proposed(client: Client, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A client's change to the servers: pending until the operator approves it."""
+    answer = data_of(await call(client, "upstream_servers", arguments))
+    assert answer["pending"] is True, answer
+    assert f"mcpvisor ctl approve {arguments['name']}" in answer["message"]
+    return answer
+
+
+async def operator_approves(stack: Stack, name: str) -> dict[str, Any]:
+    code, decision = await stack.actl("approve", name)
+    assert code == 0, decision
+    return decision
+
+
 async def test_upstream_servers_add_patch_disable_enable_restart_tail_and_remove(tmp_path: Path) -> None:
-    """Given one server, a client adds a second (quarantined until approved), changes it and removes it."""
+    """Given one server, a client proposes a second, changes it and removes it; each change once approved."""
     alpha = echo_server("alpha", env={"API_TOKEN": "sekrit-token-value", "MODE": "fast", "HOME_REF": "${env:HOME}"})
     async with open_stack(tmp_path, {"alpha": alpha}) as stack, stack.client("/mcp") as client:
         [listed] = (await upstream_list(client)).values()
@@ -513,21 +527,16 @@ async def test_upstream_servers_add_patch_disable_enable_restart_tail_and_remove
         assert "sekrit-token-value" not in json.dumps(listed)
 
         gamma = echo_server("gamma")
-        added = data_of(
-            await call(
-                client,
-                "upstream_servers",
-                {
-                    "operation": "add",
-                    "name": "gamma",
-                    "command": gamma["command"],
-                    "args_json": json.dumps(gamma["args"]),
-                },
-            )
+        await proposed(
+            client,
+            {"operation": "add", "name": "gamma", "command": gamma["command"], "args_json": json.dumps(gamma["args"])},
         )
-        assert added["quarantined"] is True
-        assert "quarantine_security" in added["message"]
+        assert "[servers.gamma]" not in stack.config_path.read_text()
+        assert (await operator_approves(stack, "gamma"))["proposal"] == "add"
         assert "[servers.gamma]" in stack.config_path.read_text()
+        # Quarantined by the operator until its tools are reviewed.
+        code, blocked = await stack.actl("block", "gamma")
+        assert code == 0 and blocked["quarantined"] is True, blocked
 
         async def gamma_ready() -> bool:
             server = (await upstream_list(client)).get("gamma")
@@ -556,18 +565,16 @@ async def test_upstream_servers_add_patch_disable_enable_restart_tail_and_remove
         assert not (await call(client, "call_tool_destructive", touch)).is_error
         assert target.read_text().startswith("gamma ")
 
-        patched = data_of(
-            await call(client, "upstream_servers", {"operation": "patch", "name": "gamma", "env": {"A": "1", "B": "2"}})
-        )
+        await proposed(client, {"operation": "patch", "name": "gamma", "env": {"A": "1", "B": "2"}})
+        patched = await operator_approves(stack, "gamma")
         assert patched["config"]["env"] == {"A": "1", "B": "2"}
-        patched = data_of(
-            await call(client, "upstream_servers", {"operation": "update", "name": "gamma", "env_json": '{"B": null}'})
-        )
+        await proposed(client, {"operation": "update", "name": "gamma", "env_json": '{"B": null}'})
+        patched = await operator_approves(stack, "gamma")
         assert patched["config"]["env"] == {"A": "1"}
         assert patched["config"]["args"] == gamma["args"]
 
-        disabled = await call(client, "upstream_servers", {"operation": "disable", "name": "gamma"})
-        assert not disabled.is_error, text_of(disabled)
+        await proposed(client, {"operation": "disable", "name": "gamma"})
+        await operator_approves(stack, "gamma")
 
         async def gamma_disabled() -> bool:
             return (await upstream_list(client))["gamma"]["state"] == "disabled"
@@ -577,7 +584,8 @@ async def test_upstream_servers_add_patch_disable_enable_restart_tail_and_remove
             client, "call_tool_read", {"name": "gamma:echo", "args": {"text": "x"}, "intent": intent("read")}
         )
         assert "server 'gamma' is disabled" in text_of(unavailable)
-        assert not (await call(client, "upstream_servers", {"operation": "enable", "name": "gamma"})).is_error
+        await proposed(client, {"operation": "enable", "name": "gamma"})
+        await operator_approves(stack, "gamma")
         await wait_for(gamma_ready, what="gamma to be enabled again")
 
         restarted = await call(client, "upstream_servers", {"operation": "restart", "name": "gamma"})
@@ -598,8 +606,8 @@ async def test_upstream_servers_add_patch_disable_enable_restart_tail_and_remove
         await wait_for(gamma_quarantined, what="gamma back in quarantine")
         assert "NOT executed" in text_of(await call(client, "call_tool_destructive", touch))
 
-        removed = await call(client, "upstream_servers", {"operation": "remove", "name": "gamma"})
-        assert not removed.is_error, text_of(removed)
+        await proposed(client, {"operation": "remove", "name": "gamma"})
+        assert (await operator_approves(stack, "gamma"))["proposal"] == "remove"
 
         async def gamma_gone() -> bool:
             return "gamma" not in await upstream_list(client)
@@ -632,7 +640,8 @@ async def test_tool_changed_after_approval_is_refused_until_approved_again(tmp_p
             "name": "clock",
             "args": ["-m", "mcp_server_time", "--local-timezone", "Europe/Paris"],
         }
-        assert not (await call(client, "upstream_servers", patch)).is_error
+        await proposed(client, patch)
+        await operator_approves(stack, "clock")
 
         async def refused() -> str:
             answer = await call(client, "call_tool_read", read_time)
