@@ -13,7 +13,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.frontend.boundary import Boundary
+from mcpvisor.frontend.direct import shortcuts_of
 from mcpvisor.frontend.fastpath import FastPath, replay
+from mcpvisor.frontend.server_endpoint import PREFIX as SERVERS_PREFIX
+from mcpvisor.frontend.server_endpoint import ServerEndpoints
+from mcpvisor.frontend.session_path import SessionPath
 from mcpvisor.frontend.upstreams import Upstreams
 from mcpvisor.wire.trust import is_loopback
 
@@ -51,6 +55,11 @@ async def _send_json(send: Send, status: int, body: object) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
+def _modern(scope: Scope) -> bool:
+    """The request names no session: a 2026-07-28 one, for the stateless fast path."""
+    return not any(name == b"mcp-session-id" for name, _ in scope["headers"])
+
+
 class FrontendApp:
     """Dispatches requests by path to the MCP endpoints and the health endpoint."""
 
@@ -74,6 +83,8 @@ class FrontendApp:
             allowed_origins=security.allowed_origins if security is not None else None,
             server_info={"name": "mcpvisor-direct", "version": "0.1.0"},
         )
+        # /mcp/servers/NAME: one upstream under its own names, built on its first request.
+        self.servers = ServerEndpoints(upstreams, security, max_body)
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
         self._apps: dict[str, ASGIApp] = {}
         for path, server in endpoints.items():
@@ -84,6 +95,21 @@ class FrontendApp:
             )
             self._managers[path] = manager
             self._apps[path] = StreamableHTTPASGIApp(manager)
+        # Short paths of /mcp/direct: answered without the SDK's server when nothing can stream.
+        self.sessions: SessionPath | None = None
+        direct = endpoints.get("/mcp/direct")
+        if direct is not None and (shortcuts := shortcuts_of(direct)) is not None:
+            self.fast.listings = shortcuts.listings
+            self.sessions = SessionPath(
+                upstreams,
+                self._managers["/mcp/direct"],
+                shortcuts.sessions,
+                shortcuts.listings,
+                sdk_tools=shortcuts.sdk_tools,
+                max_body=max_body,
+                allowed_hosts=self.fast.allowed_hosts,
+                allowed_origins=self.fast.allowed_origins,
+            )
 
     async def run(self, stack: AsyncExitStack) -> None:
         """Start every endpoint's session manager on `stack`."""
@@ -102,11 +128,14 @@ class FrontendApp:
         path = scope["path"].rstrip("/") or "/"
         if (app := self._apps.get(path)) is not None:
             if path == "/mcp/direct":
-                answered, body = await self.fast(scope, receive, send)
+                short = self.fast if self.sessions is None or _modern(scope) else self.sessions
+                answered, body = await short(scope, receive, send)
                 if answered:
                     return
                 if body:
                     receive = replay(body, receive)
+            await app(scope, receive, send)
+        elif path.startswith(SERVERS_PREFIX) and (app := await self.servers.app_for(path[len(SERVERS_PREFIX) :])):
             await app(scope, receive, send)
         elif path == "/healthz":
             await _send_json(send, 200, self._health())

@@ -66,6 +66,7 @@ class ToolApprovals:
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
         self._pins: dict[tuple[str, Kind], dict[str, str]] = {}
+        self.version = 0  # bumps on every change of the pins: cached listings are rebuilt
         for server, kind, name, digest in db.execute("SELECT server, kind, name, hash FROM pins"):
             self._pins.setdefault((server, kind), {})[name] = digest
 
@@ -85,6 +86,7 @@ class ToolApprovals:
             raise
         self._db.execute("COMMIT")
         self._pins[server, kind] = hashes
+        self.version += 1
         return hashes
 
     def approved(self, server: str, kind: Kind = "tool") -> dict[str, str] | None:
@@ -111,3 +113,4 @@ class ToolApprovals:
         self._db.execute("DELETE FROM pins WHERE server = ?", (server,))
         for key in [key for key in self._pins if key[0] == server]:
             del self._pins[key]
+        self.version += 1

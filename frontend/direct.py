@@ -12,8 +12,10 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcpvisor.frontend.builtins import MANAGEMENT_TOOLS, Builtins
 from mcpvisor.frontend.calls import ClientCall
 from mcpvisor.frontend.clients import Clients
+from mcpvisor.frontend.listings import Listing
 from mcpvisor.frontend.mcp_server import AnnouncingServer, complete, decoded, forwardable
 from mcpvisor.frontend.pages import paged
+from mcpvisor.frontend.session_path import Sessions
 from mcpvisor.frontend.unsieved import keep
 from mcpvisor.frontend.upstreams import Refused, Upstreams
 
@@ -34,11 +36,11 @@ CACHE_HINTS = {
 def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builtins) -> Server[Any]:
     """The MCP server behind `/mcp/direct`."""
     page_size = upstreams.settings.page_size
+    listings = direct_listings(upstreams, builtins)
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         clients.remember(ctx)
-        tools = builtins.definitions(MANAGEMENT_TOOLS) + upstreams.exposed_tools()
-        return complete(paged("tools/list", "tools", tools, params, page_size))
+        return complete(paged("tools/list", "tools", listings["tools/list"].items(), params, page_size))
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         clients.remember(ctx)
@@ -57,7 +59,8 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
         clients.remember(ctx)
-        return complete(paged("resources/list", "resources", upstreams.resources(), params, page_size))
+        resources = listings["resources/list"].items()
+        return complete(paged("resources/list", "resources", resources, params, page_size))
 
     async def list_templates(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -76,8 +79,7 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
         clients.remember(ctx)
-        prompts = [{**prompt, "name": f"{view.id}:{prompt['name']}"} for view, prompt in upstreams.prompts()]
-        return complete(paged("prompts/list", "prompts", prompts, params, page_size))
+        return complete(paged("prompts/list", "prompts", listings["prompts/list"].items(), params, page_size))
 
     async def get_prompt(ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams) -> dict[str, Any]:
         clients.remember(ctx)
@@ -119,7 +121,7 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
     # logging/setLevel is deprecated in 2026-07-28 but is how handshake-era clients ask for logs.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return AnnouncingServer(
+        server = AnnouncingServer(
             "mcpvisor-direct",
             on_set_logging_level=set_level,
             on_subscribe_resource=subscribe,
@@ -138,3 +140,41 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
             on_list_prompts=list_prompts,
             on_get_prompt=get_prompt,
         )
+    sessions = Sessions()
+    server.middleware.append(sessions)
+    server.shortcuts = Shortcuts(listings, sessions)  # type: ignore[attr-defined]
+    return server
+
+
+class Shortcuts:
+    """What the short paths of `/mcp/direct` share with its SDK server (frontend/session_path.py)."""
+
+    def __init__(self, listings: dict[str, Listing], sessions: Sessions) -> None:
+        self.listings = listings
+        self.sessions = sessions
+        self.sdk_tools = frozenset(MANAGEMENT_TOOLS)
+
+
+def shortcuts_of(server: Server[Any]) -> Shortcuts | None:
+    shortcuts = getattr(server, "shortcuts", None)
+    return shortcuts if isinstance(shortcuts, Shortcuts) else None
+
+
+def direct_listings(upstreams: Upstreams, builtins: Builtins) -> dict[str, Listing]:
+    """The lists of `/mcp/direct`, each rebuilt only when what a client may see changes."""
+    size = upstreams.settings.page_size
+
+    def version() -> tuple[int, ...]:
+        return upstreams.view_version
+
+    def tools() -> list[dict[str, Any]]:
+        return builtins.definitions(MANAGEMENT_TOOLS) + upstreams.exposed_tools()
+
+    def prompts() -> list[dict[str, Any]]:
+        return [{**prompt, "name": f"{view.id}:{prompt['name']}"} for view, prompt in upstreams.prompts()]
+
+    return {
+        "tools/list": Listing("tools/list", "tools", tools, version, size),
+        "resources/list": Listing("resources/list", "resources", upstreams.resources, version, size),
+        "prompts/list": Listing("prompts/list", "prompts", prompts, version, size),
+    }

@@ -13,12 +13,13 @@ eras, against every upstream the tests use.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from fnmatch import fnmatch
 from typing import Any
 
 import msgspec
 
+from mcpvisor.frontend.listings import Listing
 from mcpvisor.frontend.mcp_server import ENVELOPE_PREFIX
 from mcpvisor.frontend.upstreams import NotFound, Refused, UpstreamError, Upstreams
 from mcpvisor.wire.errors import INTERNAL_ERROR
@@ -35,6 +36,9 @@ _CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 # Keys of `_meta` that ask for more than a plain answer: progress or log delivery on a stream.
 _STREAMING_META = ("progressToken", "io.modelcontextprotocol/logLevel")
 _ASKABLE = ("sampling", "elicitation", "roots")
+_METHODS = ("tools/call", "tools/list", "prompts/list", "resources/list")
+# What the SDK adds to every list result of /mcp/direct: complete, not to be cached (direct.CACHE_HINTS).
+_LIST_PREFIX = b'"resultType":"complete","cacheScope":"private","ttlMs":0,'
 
 
 class _Params(msgspec.Struct, forbid_unknown_fields=True):
@@ -50,6 +54,19 @@ class _Call(msgspec.Struct, forbid_unknown_fields=True):
     params: _Params
 
 
+class _ListParams(msgspec.Struct, forbid_unknown_fields=True):
+    cursor: str | None = None
+    _meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
+
+
+class _ListCall(msgspec.Struct, forbid_unknown_fields=True):
+    jsonrpc: str
+    id: int | str
+    method: str
+    params: _ListParams | None = None
+
+
+_decode_list = msgspec.json.Decoder(_ListCall)
 _decode_call = msgspec.json.Decoder(_Call)
 _decode_result = msgspec.json.Decoder(dict[str, Any])
 _encode = msgspec.json.encode
@@ -66,8 +83,10 @@ class FastPath:
         allowed_hosts: list[str] | None,
         allowed_origins: list[str] | None,
         server_info: dict[str, str],
+        listings: Mapping[str, Listing] | None = None,
     ) -> None:
         self.upstreams = upstreams
+        self.listings: Mapping[str, Listing] = listings or {}
         self.max_body = max_body
         self.allowed_hosts = allowed_hosts
         self.allowed_origins = allowed_origins
@@ -79,7 +98,7 @@ class FastPath:
         if scope["method"] != "POST":
             return None
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
-        if headers.get("mcp-protocol-version") != MODERN or headers.get("mcp-method") != "tools/call":
+        if headers.get("mcp-protocol-version") != MODERN or headers.get("mcp-method") not in _METHODS:
             return None
         if "application/json" not in headers.get("accept", "") or not headers.get("content-type", "").startswith(
             "application/json"
@@ -87,17 +106,7 @@ class FastPath:
             return None
         if any(name.startswith("mcp-param-") for name in headers):
             return None
-        length = headers.get("content-length")
-        if length is None or not length.isdigit() or int(length) > self.max_body:
-            return None
-        if self.allowed_hosts is not None and not any(fnmatch(headers.get("host", ""), p) for p in self.allowed_hosts):
-            return None
-        origin = headers.get("origin")
-        if (
-            origin is not None
-            and self.allowed_origins is not None
-            and not any(fnmatch(origin, pattern) for pattern in self.allowed_origins)
-        ):
+        if not admitted(headers, self.max_body, self.allowed_hosts, self.allowed_origins):
             return None
         return headers
 
@@ -107,16 +116,11 @@ class FastPath:
         if headers is None:
             return False, b""
         mcp_name = headers.get("mcp-name")
-        body = b""
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return False, body
-            body += message.get("body", b"")
-            if len(body) > self.max_body:
-                return False, body
-            if not message.get("more_body"):
-                break
+        complete, body = await read_body(receive, self.max_body)
+        if not complete:
+            return False, body
+        if headers["mcp-method"] != "tools/call":
+            return await self._list(headers["mcp-method"], body, send), body
         try:
             call = _decode_call.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -158,6 +162,32 @@ class FastPath:
             message = _encode({"jsonrpc": "2.0", "id": call.id, "error": error})
         await _respond(send, message)
         return True, body
+
+    async def _list(self, method: str, body: bytes, send: Send) -> bool:
+        """A 2026-07-28 list request answered from its cached page; False when the SDK must answer."""
+        listing = self.listings.get(method)
+        if listing is None:
+            return False
+        try:
+            request = _decode_list.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        params = request.params or _ListParams()
+        meta = params._meta
+        if (
+            request.jsonrpc != "2.0"
+            or request.method != method
+            or meta.get(_PROTOCOL_KEY) != MODERN
+            or not isinstance(meta.get(_CAPABILITIES_KEY), dict)
+            or any(meta[_CAPABILITIES_KEY].get(name) is not None for name in _ASKABLE)
+            or any(key in meta for key in _STREAMING_META)
+        ):
+            return False
+        result = listing.result(params.cursor, prefix=_LIST_PREFIX, suffix=b',"_meta":' + self._stamp)
+        if result is None:
+            return False
+        await _respond(send, b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b',"result":' + result + b"}")
+        return True
 
     def _result(self, request_id: int | str, raw: bytes) -> bytes:
         """The JSON-RPC response carrying an upstream's result, with the fields 2026-07-28 adds.
@@ -221,3 +251,30 @@ def replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replayed
+
+
+def admitted(
+    headers: Mapping[str, str], max_body: int, allowed_hosts: list[str] | None, allowed_origins: list[str] | None
+) -> bool:
+    """A declared body within the limit, and the Host and Origin the SDK's transport would accept."""
+    length = headers.get("content-length")
+    if length is None or not length.isdigit() or int(length) > max_body:
+        return False
+    if allowed_hosts is not None and not any(fnmatch(headers.get("host", ""), p) for p in allowed_hosts):
+        return False
+    origin = headers.get("origin")
+    return origin is None or allowed_origins is None or any(fnmatch(origin, p) for p in allowed_origins)
+
+
+async def read_body(receive: Receive, max_body: int) -> tuple[bool, bytes]:
+    """(whole body read within `max_body`, what was read): when not whole, replay what was read."""
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return False, body
+        body += message.get("body", b"")
+        if len(body) > max_body:
+            return False, body
+        if not message.get("more_body"):
+            return True, body

@@ -107,6 +107,7 @@ class Upstreams:
         self.activity = activity
         self.index = index
         self.rounds = rounds
+        self._config_version = 0
 
     # -- the server table ------------------------------------------------------------------------
 
@@ -119,7 +120,19 @@ class Upstreams:
         for name in set(self.servers) - set(servers):
             self.gate.approvals.forget(name)
         self.servers = servers
+        self._config_version += 1
         return removed
+
+    @property
+    def view_version(self) -> tuple[int, ...]:
+        """Changes whenever what a client may see could have: the catalog, the pins, the config."""
+        return (
+            self.catalog.version,
+            self.gate.approvals.version,
+            self._config_version,
+            id(self.servers),
+            id(self.settings),
+        )
 
     def call_timeout(self, server: str) -> float:
         config = self.servers.get(server)
