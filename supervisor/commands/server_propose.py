@@ -136,7 +136,9 @@ async def server_propose(sup: Supervisor, args: ProposeArgs) -> dict[str, Any]:
             if args.config is not None or args.patch is not None:
                 raise CommandError(f"server {name!r}: {action} takes only the name", EXIT_USAGE)
             if action in ("enable", "disable") and current.enabled == (action == "enable"):
-                sup.proposals.pop(name)  # an earlier, opposite proposal is moot now
+                earlier = sup.proposals.get(name)
+                if earlier is not None and earlier.action in ("enable", "disable"):
+                    sup.proposals.pop(name)  # the server is as the client now asks: an opposite proposal is moot
                 return {"name": name, "action": action, "pending": False, "changed": False}
             proposal = new_proposal(name, action)
     replaced = sup.proposals.put(proposal)
