@@ -10,7 +10,6 @@ import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-import msgspec
 import trio
 import zmq
 from hypercorn.config import Config as HypercornConfig
@@ -35,7 +34,8 @@ from mcpvisor.frontend.state_db import open_state_db
 from mcpvisor.frontend.upstreams import Upstreams
 from mcpvisor.wire import codec, frontend_spec, lifetime, logs
 from mcpvisor.wire.config import parse_listen
-from mcpvisor.wire.messages import ConfigChanged, ProcessEvent, Report
+from mcpvisor.wire.inbox import serve_messages
+from mcpvisor.wire.messages import ConfigChanged, EventMessage, ProcessEvent, Report
 from mcpvisor.wire.states import ProcessState
 from mcpvisor.wire.zsocket import ZSocket
 
@@ -44,26 +44,23 @@ log = logging.getLogger("mcpvisor.frontend")
 
 async def serve_events(sock: ZSocket, upstreams: Upstreams, clients: Clients) -> None:
     """Follow the supervisor: fail calls to a worker the moment it stops; take in config changes."""
-    while True:
-        for frames in await sock.receive_batch():
-            try:
-                event, _ = codec.events.decode(frames[1:])
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                log.error("undecodable event: %s", exc)
-                continue
-            match event:
-                # STOPPING is left out on purpose: a stopping worker finishes the calls it has.
-                case ProcessEvent() if event.name.startswith("worker:") and event.state in (
-                    ProcessState.EXITED,
-                    ProcessState.STOPPED,
-                    ProcessState.BACKOFF,
-                    ProcessState.FATAL,
-                ):
-                    upstreams.router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
-                case ConfigChanged():
-                    upstreams.apply_config(event.servers)
-                    upstreams.reindex()
-                    clients.changed()
+
+    async def handle(_topic: list[bytes], event: EventMessage, _payload: bytes | None) -> None:
+        match event:
+            # STOPPING is left out on purpose: a stopping worker finishes the calls it has.
+            case ProcessEvent() if event.name.startswith("worker:") and event.state in (
+                ProcessState.EXITED,
+                ProcessState.STOPPED,
+                ProcessState.BACKOFF,
+                ProcessState.FATAL,
+            ):
+                upstreams.router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
+            case ConfigChanged():
+                upstreams.apply_config(event.servers)
+                upstreams.reindex()
+                clients.changed()
+
+    await serve_messages(sock, codec.events, handle, envelope=1, what="event")
 
 
 async def serve_reports(sock: ZSocket) -> None:
