@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 MAX_TOOL_NAME = 64  # what many LLM APIs accept: [A-Za-z0-9_-]{1,64}
 _catalog_decoder = msgspec.json.Decoder(dict[str, list[dict[str, Any]]])
+_initialize_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 @dataclass
@@ -36,6 +37,9 @@ class ServerView:
     templates: list[dict[str, Any]] = field(default_factory=list)
     prompts: list[dict[str, Any]] = field(default_factory=list)
     catalog_raw: bytes = b""
+    # The upstream's initialize result (protocolVersion, capabilities, serverInfo, instructions).
+    initialize: dict[str, Any] = field(default_factory=dict)
+    initialize_raw: bytes = b""
 
     @property
     def ready(self) -> bool:
@@ -92,6 +96,7 @@ class Catalog:
         state: UpstreamState,
         error: str,
         catalog: bytes | None,
+        initialize: bytes = b"",
     ) -> bool:
         """Take in a worker's snapshot; True when what clients see changed."""
         view = self.view(server_id)
@@ -99,6 +104,12 @@ class Catalog:
         view.pid, view.catalog_seq, view.state, view.error = pid, catalog_seq, state, error
         view.alive, view.last_seen = True, time.monotonic()
         lists_changed = False
+        if initialize and initialize != view.initialize_raw:
+            try:
+                view.initialize = _initialize_decoder.decode(initialize)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.error("worker %s sent an undecodable initialize result: %s", server_id, exc)
+            view.initialize_raw = initialize
         if catalog is not None and catalog != view.catalog_raw:
             try:
                 data = _catalog_decoder.decode(catalog)

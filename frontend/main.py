@@ -96,9 +96,11 @@ async def run(
     def catalog_changed(server: str) -> None:
         upstreams.reindex(server)
         clients.changed()
+        app.servers.changed(server)
 
     async def upstream_notified(server: str, method: str, payload: bytes) -> None:
         await clients.on_upstream_notification(server, method, payload)
+        await app.servers.on_upstream_notification(server, method, payload)
 
     router = Router(calls, catalog, catalog_changed, on_notification=upstream_notified)
     upstreams = Upstreams(
@@ -137,6 +139,7 @@ async def run(
             nursery.start_soon(serve_events, events, upstreams, clients)
             nursery.start_soon(clients.serve_notifications)
             await nursery.start(upstreams.rounds.serve)
+            await nursery.start(app.servers.serve)
             nursery.start_soon(control_client.serve)
             binds = await nursery.start(hypercorn_serve, app, config)
             nursery.start_soon(serve_reports, control)

@@ -224,6 +224,7 @@ class Router:
                     state=msg.state,
                     error=msg.error,
                     catalog=payload,
+                    initialize=msg.initialize,
                 )
                 if changed:
                     self._on_catalog_change(worker)

@@ -61,6 +61,7 @@ class ServerConfig(_Strict):
     headers: dict[str, str] = {}
     enabled: bool = True
     quarantined: bool = False
+    endpoint: bool | None = None  # /mcp/servers/NAME; None follows [mcpvisor].enable_server_endpoints
     policy: Policy = msgspec.field(default_factory=Policy)
 
     @property
@@ -78,6 +79,7 @@ class Settings(_Strict):
 
     listen: str = "127.0.0.1:8080"
     enable_direct_endpoint: bool = False
+    enable_server_endpoints: bool = False  # every server at /mcp/servers/NAME (a server's `endpoint` overrides)
     direct_tool_names: Literal["colon", "underscore"] = "colon"
     tools_limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 15
     tool_response_limit: Annotated[int, msgspec.Meta(ge=0)] = 20000

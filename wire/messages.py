@@ -43,6 +43,9 @@ class Snapshot(_Msg, tag="snap"):
     state: UpstreamState
     error: str = ""
     server_name: str = ""  # the upstream's own serverInfo.name, informational
+    # The upstream's initialize result as JSON (protocolVersion, capabilities, serverInfo,
+    # instructions), for /mcp/servers/NAME; empty until it has answered one.
+    initialize: bytes = b""
 
 
 class Request(_Msg, tag="req"):

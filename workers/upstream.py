@@ -172,6 +172,7 @@ class Upstream:
         self.catalog = b'{"tools":[],"resources":[],"resourceTemplates":[],"prompts":[]}'
         self.catalog_seq = 0
         self.server_name = ""
+        self.initialize_result = b""  # the upstream's initialize result as JSON
         self.session: ClientSession | None = None
         self.redact = Redactor()
         self._lost = trio.Event()
@@ -287,6 +288,7 @@ class Upstream:
                 with trio.move_on_after(timeout), contextlib.suppress(MCPError):
                     await session.set_logging_level("debug")
             self.server_name = result.server_info.name if result.server_info else ""
+            self.initialize_result = _json.encode(result.model_dump(by_alias=True, mode="json", exclude_none=True))
             self.connect_seconds = trio.current_time() - started
             yield session
 

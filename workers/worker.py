@@ -88,6 +88,7 @@ class Worker:
             state=up.state,
             error=up.error,
             server_name=up.server_name,
+            initialize=up.initialize_result,
         )
         return codec.calls.encode(msg, up.catalog)
 

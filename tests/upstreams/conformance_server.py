@@ -21,6 +21,7 @@ from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 
 # A 1x1 red PNG and a minimal WAV (a header and no samples).
@@ -149,6 +150,16 @@ def _answer(ctx: Context, key: str) -> Any:
     responses = ctx.input_responses or {}
     answer = responses.get(key)
     return answer.model_dump(mode="json", by_alias=True, exclude_none=True) if answer is not None else None
+
+
+async def _tell_handshake_era(ctx: Context, lists: str) -> None:
+    """`ctx.notify_*_changed` reaches only 2026-07-28 listeners; a handshake-era client (mcpvisor's
+    worker) hears of a change by a notification on its connection."""
+    if ctx.request_context.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return
+    session = ctx.session
+    send = session.send_tool_list_changed if lists == "tools" else session.send_prompt_list_changed
+    await send()
 
 
 def build() -> MCPServer:
@@ -391,6 +402,7 @@ def build() -> MCPServer:
         else:
             server.add_tool(lambda: "dynamic", name="test_dynamic_tool", description="A tool that comes and goes.")
         await ctx.notify_tools_changed()
+        await _tell_handshake_era(ctx, "tools")
         return "tool list changed"
 
     @server.tool(description="Adds or removes a prompt, and says that the prompt list changed.")
@@ -400,6 +412,7 @@ def build() -> MCPServer:
         else:
             server.prompt(name="test_dynamic_prompt", description="A prompt that comes and goes.")(lambda: "dynamic")
         await ctx.notify_prompts_changed()
+        await _tell_handshake_era(ctx, "prompts")
         return "prompt list changed"
 
     @server.resource("test://static-text", name="static-text", description="A static text resource")
