@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from mcpvisor.supervisor.commands import Name, command
+from mcpvisor.supervisor.commands import CommandError, Name, command
 from mcpvisor.supervisor.commands.server_propose import inspection
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ def render_proposal(result: dict[str, Any]) -> str:
         for change in result["changes"]:
             lines.append(f"    {change['field']:<{width}}{_value(change['before'])} -> {_value(change['after'])}")
     lines.append(f"  approve: mcpvisor ctl approve {result['name']}   reject: mcpvisor ctl block {result['name']}")
+    if "server" in result:
+        lines += ["", "as it runs now:", render(result["server"])]
     return "\n".join(lines)
 
 
@@ -85,5 +88,10 @@ async def inspect(sup: Supervisor, args: Name) -> dict[str, Any]:
     """
     proposal = sup.proposals.get(args.name)
     if proposal is not None:
-        return inspection(sup, proposal)
+        result = inspection(sup, proposal)
+        if proposal.action != "add":
+            # The server as it runs now, beside what the client would make of it.
+            with contextlib.suppress(CommandError):
+                result["server"] = msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))
+        return result
     return msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))

@@ -206,9 +206,14 @@ async def apply_proposal(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
             sup.proposals.pop(name)
             raise CommandError(f"{name}: no such server any more; the proposal was dropped", EXIT_UNKNOWN)
         server = _result(proposal, current)
-    if server != current:
-        await sup.change_server(name, server)
+    # Dropped first, so applying it does not read as the servers changing under it; kept on failure.
     sup.proposals.pop(name)
+    try:
+        if server != current:
+            await sup.change_server(name, server)
+    except BaseException:
+        sup.proposals.put(proposal)
+        raise
     result: dict[str, Any] = {"kind": "proposal", "name": name, "action": "approve", "proposal": proposal.action}
     if server is not None:
         result["config"] = redacted(configstore.server_table(server))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp_types as types
+import tomlkit
 import trio
 from mcp import Client
 
@@ -180,6 +181,7 @@ async def test_patch_remove_and_disable_from_a_client_wait_while_the_old_server_
         code, inspection = await ctl(stack, "inspect", "gamma")
         assert code == 0 and (inspection["kind"], inspection["action"]) == ("proposal", "patch")
         assert inspection["command"] == ["sh", "-c", wrapped]
+        assert inspection["server"]["command"] == [sys.executable, str(script), "--name", "gamma"]
         changes = {change["field"]: change for change in inspection["changes"]}
         assert set(changes) == {"command", "args"}
         assert (changes["command"]["before"], changes["command"]["after"]) == (sys.executable, "sh")
@@ -343,3 +345,18 @@ async def test_a_proposal_survives_a_restart_and_is_approved_afterwards(tmp_path
         code, decision = await ctl(stack, "approve", "gamma")
         assert code == 0 and decision["kind"] == "decision"
         assert await echo(client, "gamma", "after restart") == "after restart"
+
+        # The operator adds the proposed name, or removes the server a proposal is about, in the
+        # config file: those proposals are stale and go.
+        delta = echo_server("delta")
+        assert_pending_answer(await manage(client, operation="add", name="delta", **delta), "delta", "add")
+        assert_pending_answer(await manage(client, operation="disable", name="alpha"), "alpha", "disable")
+        document = tomlkit.parse(stack.config_path.read_text())
+        document["servers"]["delta"] = delta
+        del document["servers"]["alpha"]
+        stack.config_path.write_text(tomlkit.dumps(document))
+        code, _ = await ctl(stack, "update")
+        assert code == 0
+        code, pending = await ctl(stack, "pending")
+        assert code == 0 and pending["proposals"] == []
+        assert json.loads(store.read_text())["proposals"] == []
