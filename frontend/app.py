@@ -17,8 +17,6 @@ from mcpvisor.frontend.direct import shortcuts_of
 from mcpvisor.frontend.fastpath import FastPath, replay
 from mcpvisor.frontend.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.server_endpoint import ServerEndpoints
-from mcpvisor.frontend.server_endpoint import PREFIX as SERVERS_PREFIX
-from mcpvisor.frontend.server_endpoint import ServerEndpoints
 from mcpvisor.frontend.session_path import SessionPath
 from mcpvisor.frontend.upstreams import Upstreams
 from mcpvisor.wire.trust import is_loopback
@@ -87,8 +85,6 @@ class FrontendApp:
         )
         # /mcp/servers/NAME: one upstream under its own names, built on its first request.
         self.servers = ServerEndpoints(upstreams, security, max_body)
-        # /mcp/servers/NAME: one upstream under its own names, built on its first request.
-        self.servers = ServerEndpoints(upstreams, security, max_body)
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
         self._apps: dict[str, ASGIApp] = {}
         for path, server in endpoints.items():
@@ -138,8 +134,6 @@ class FrontendApp:
                     return
                 if body:
                     receive = replay(body, receive)
-            await app(scope, receive, send)
-        elif path.startswith(SERVERS_PREFIX) and (app := await self.servers.app_for(path[len(SERVERS_PREFIX) :])):
             await app(scope, receive, send)
         elif path.startswith(SERVERS_PREFIX) and (app := await self.servers.app_for(path[len(SERVERS_PREFIX) :])):
             await app(scope, receive, send)
