@@ -24,7 +24,7 @@ import tomlkit
 import trio
 from mcp import Client
 
-from tests.support.stack import UPSTREAMS, Stack, echo_server, open_stack, stop_stack
+from tests.support.stack import UPSTREAMS, Stack, echo_server, free_port, open_stack, stop_stack
 
 QUIET_SECONDS = 3.0  # how long a refused or pending change is given to do harm before we look
 
@@ -260,11 +260,20 @@ def capture_server() -> Iterator[tuple[str, list[str]]]:
 async def test_secret_references_from_a_client_are_refused_and_nothing_is_sent(tmp_path: Path) -> None:
     secret_file = tmp_path / "id_rsa"
     secret_file.write_text("PRIVATE-KEY-CONTENT-1234")
+    servers = {
+        "alpha": echo_server("alpha", env={"DATABASE_URL": "postgres://app:hunter2pass@db/x"}),
+        # The operator's own secrets in a URL: never shown in a client's listing.
+        "creds": {"url": f"http://user:topsecretpw@127.0.0.1:{free_port()}/mcp?access_token=tok123secret99"},
+    }
     with capture_server() as (url, seen):
         async with (
-            open_stack(tmp_path, {"alpha": echo_server("alpha")}, env={"STOLEN_TOKEN": "env-secret-5678"}) as stack,
+            open_stack(tmp_path, servers, env={"STOLEN_TOKEN": "env-secret-5678"}, wait_for=["alpha"]) as stack,
             stack.client() as client,
         ):
+            shown = json.dumps(await listing(client))
+            assert "postgres://app:" in shown and "127.0.0.1" in shown
+            for secret in ("hunter2pass", "topsecretpw", "tok123secret99"):
+                assert secret not in shown, secret
             attempts = [
                 {"operation": "add", "name": "steal", "url": url, "headers": {"X-Steal": f"${{file:{secret_file}}}"}},
                 {"operation": "add", "name": "steal", "url": url, "headers_json": '{"X-Token": "${env:STOLEN_TOKEN}"}'},
