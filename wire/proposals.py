@@ -147,14 +147,28 @@ class ProposalStore:
         """Keep `proposal` (it replaces one for the same name) and save; the one replaced, if any."""
         replaced = self._items.get(proposal.name)
         self._items[proposal.name] = proposal
-        self._save()
+        try:
+            self._save()
+        except OSError:
+            self._restore(proposal.name, replaced)  # what is kept in memory is what is on disk
+            raise
         return replaced
 
     def pop(self, name: str) -> Proposal | None:
         proposal = self._items.pop(name, None)
         if proposal is not None:
-            self._save()
+            try:
+                self._save()
+            except OSError:
+                self._restore(name, proposal)
+                raise
         return proposal
+
+    def _restore(self, name: str, proposal: Proposal | None) -> None:
+        if proposal is None:
+            self._items.pop(name, None)
+        else:
+            self._items[name] = proposal
 
     def prune(self, servers: Iterable[str]) -> list[Proposal]:
         """Drop the proposals the servers now configured make stale; the ones dropped.
