@@ -104,21 +104,29 @@ async def list_all_tools(client: Client) -> list[Any]:
             return tools
 
 
-async def wait_listed(url: str, servers: list[str], separator: str, timeout: float) -> float:
-    """Poll tools/list until every server has tools in it; the time it happened (perf_counter)."""
+async def wait_listed(url: str, servers: list[str], separator: str, timeout: float) -> float | None:
+    """Poll tools/list until every server has tools in it: when that happened (perf_counter), or
+    None when `timeout` passed first."""
     wanted = set(servers)
-    with trio.fail_after(timeout):
+    seen: set[str] = set()
+    with trio.move_on_after(timeout):
         while True:
             try:
                 async with Client(url, mode="legacy") as client:
                     while True:
-                        names = {tool.name.split(separator, 1)[0] for tool in await list_all_tools(client)}
-                        if wanted <= names:
+                        seen = {tool.name.split(separator, 1)[0] for tool in await list_all_tools(client)}
+                        if wanted <= seen:
                             return time.perf_counter()
                         await trio.sleep(0.1)
-            except (OSError, RuntimeError, ValueError) as exc:  # not serving yet
+            except Exception as exc:  # not serving yet, or restarting: any failure means "try again"
                 print(f"  waiting for {url}: {type(exc).__name__}", file=sys.stderr)
                 await trio.sleep(0.2)
+    print(f"  gave up after {timeout:g} s: {len(wanted & seen)} of {len(wanted)} servers listed", file=sys.stderr)
+    return None
+
+
+def since(started: float, listed: float | None, timeout: float) -> float | str:
+    return listed - started if listed is not None else f"> {timeout:g}"
 
 
 async def time_list(url: str, repeats: int, mode: str) -> tuple[float, int]:
@@ -196,10 +204,11 @@ async def measure_mcpvisor(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         async with open_stack(Path(tmp), {name: echo(name) for name in names}, wait_for=[]) as stack:
             listed = await wait_listed(stack.direct_url, names, ":", args.timeout)
-            figures["listed"] = listed - started
+            figures["listed"] = since(started, listed, args.timeout)
             await stack.wait_ready(names, timeout=args.timeout)
             await trio.sleep(2)  # let start-up garbage settle before measuring memory
             figures["memory"] = mcpvisor_memory(stack)
+            print(f"  listed after {figures['listed']} s; PSS (MB) {figures['memory']}", file=sys.stderr)
             figures["respawn"] = statistics.median(await respawn_times(stack, names[0], args.tries))
     with tempfile.TemporaryDirectory() as tmp:
         print("mcpvisor: 20 upstreams x 500 tools ...", file=sys.stderr)
@@ -208,7 +217,9 @@ async def measure_mcpvisor(args: argparse.Namespace) -> dict[str, Any]:
             await wait_listed(stack.direct_url, many_names(), ":", args.timeout)
             for mode in ("legacy", "auto"):
                 figures[f"list_{mode}"], figures["tools"] = await time_list(stack.direct_url, args.repeats, mode)
+                print(f"  tools/list ({mode}): {figures[f'list_{mode}']:.1f} ms p50", file=sys.stderr)
             figures["search"] = await time_search(stack.url, args.repeats * 5)
+            print(f"  retrieve_tools: {figures['search']:.1f} ms p50", file=sys.stderr)
     return figures
 
 
@@ -291,7 +302,7 @@ async def measure_peer(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         async with open_peer({name: echo(name) for name in names}, Path(tmp)) as (process, url):
             listed = await wait_listed(url, names, "_", args.timeout)
-            figures["listed"] = listed - started
+            figures["listed"] = since(started, listed, args.timeout)
             # Measured with a client connected: the proxy may close its upstream sessions without one.
             async with Client(url, mode="legacy") as client:
                 await list_all_tools(client)
@@ -301,11 +312,13 @@ async def measure_peer(args: argparse.Namespace) -> dict[str, Any]:
                     "total": pss_mb(process.pid),
                     "upstreams": sum(pss_mb(pid) for pid in upstreams),
                 }
+            print(f"  listed after {figures['listed']} s; PSS (MB) {figures['memory']}", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         print("FastMCP: 20 upstreams x 500 tools ...", file=sys.stderr)
         async with open_peer({name: many_tools(name) for name in many_names()}, Path(tmp)) as (_, url):
             try:
-                await wait_listed(url, many_names(), "_", args.timeout)
+                if await wait_listed(url, many_names(), "_", args.timeout) is None:
+                    raise TimeoutError(f"not every server listed within {args.timeout:g}s")
                 for mode in ("legacy", "auto"):
                     figures[f"list_{mode}"], figures["tools"] = await time_list(url, args.repeats, mode)
             except Exception as exc:  # a peer that cannot list them is a figure too
@@ -326,8 +339,11 @@ def cell(value: Any, fmt: str) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    peer = await measure_peer(args) if args.peer or args.peer_only else None
+    if args.peer_only:
+        print(json.dumps(peer, indent=1))
+        return
     ours = await measure_mcpvisor(args)
-    peer = await measure_peer(args) if args.peer else None
     n = args.upstreams
     mem, peer_mem = ours["memory"], (peer or {}).get("memory", {})
     rows = [
@@ -369,4 +385,5 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=20, help="full listings to take the p50 of")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for every upstream")
     parser.add_argument("--peer", action="store_true", help=f"also measure FastMCP {PEER_VERSION}'s proxy")
+    parser.add_argument("--peer-only", action="store_true", help="measure FastMCP's proxy alone")
     trio.run(main, parser.parse_args())
