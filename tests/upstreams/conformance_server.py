@@ -128,6 +128,13 @@ class Enums(BaseModel):
     )
 
 
+APP_URI = "ui://conformance/app.html"
+APP_MIME = "text/html;profile=mcp-app"
+APP_HTML = "<!doctype html><title>conformance app</title><p>hello from a ui:// resource</p>"
+APP_META = {"ui": {"csp": {"connectDomains": []}, "prefersBorder": True}}
+APP_TOOL_META = {"ui": {"resourceUri": APP_URI, "visibility": ["model", "app"]}}
+
+
 def _elicit(message: str, schema: dict[str, Any]) -> types.ElicitRequest:
     return types.ElicitRequest(params=types.ElicitRequestFormParams(message=message, requested_schema=schema))
 
@@ -433,6 +440,20 @@ def build() -> MCPServer:
     )
     def template(id: str) -> str:
         return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+    # Beyond the suite: what a proxy must pass through unchanged (mcpvisor's own tests use these).
+    @server.tool(description="Answers with the _meta of the request it got, as JSON.")
+    def test_request_meta(ctx: Context) -> str:
+        meta = ctx.request_context.meta
+        return json.dumps(dict(meta or {}))
+
+    @server.tool(description="An MCP App: its UI is the ui:// resource its _meta points at.", meta=APP_TOOL_META)
+    def test_app_tool() -> str:
+        return "app tool ran"
+
+    @server.resource(APP_URI, name="app", description="The UI of test_app_tool", mime_type=APP_MIME, meta=APP_META)
+    def app() -> str:
+        return APP_HTML
 
     @server.resource("test://watched-resource", name="watched-resource", description="A resource to subscribe to")
     def watched() -> str:
