@@ -27,7 +27,13 @@ from mcpvisor.frontend.registries import (
     answer_search_servers,
     with_add_from_registry,
 )
-from mcpvisor.frontend.response_cache import READ_CACHE_TOOL, READ_CACHE_TOOL_NAME, ResponseCache, read_cache
+from mcpvisor.frontend.response_cache import (
+    READ_CACHE_TOOL,
+    READ_CACHE_TOOL_NAME,
+    ResponseCache,
+    cut_result,
+    read_cache,
+)
 from mcpvisor.frontend.retrieval import RETRIEVE_TOOL_NAME, retrieve_tool, retrieve_tools
 from mcpvisor.frontend.tool_args import ToolInputError, check_parameters, error_result
 from mcpvisor.frontend.upstreams import NotFound, Upstreams
@@ -122,7 +128,13 @@ class Builtins:
         self.code_execution: CodeExecution | None = None
         if settings.enable_code_execution:
             self.code_execution = CodeExecution(upstreams, scripts_dir_for(config_path), Limits.from_settings(settings))
-            self._handlers[CODE_EXECUTION_TOOL] = self.code_execution
+            code_execution = self.code_execution
+
+            async def run_code(arguments: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
+                # A long answer is cut like an upstream's, the rest paged with read_cache.
+                return cut_result(await code_execution(arguments, ctx), settings.tool_response_limit, cache)
+
+            self._handlers[CODE_EXECUTION_TOOL] = run_code
             self._definitions[CODE_EXECUTION_TOOL] = tool_definition()
 
     def definitions(self, names: Iterable[str]) -> list[dict[str, Any]]:

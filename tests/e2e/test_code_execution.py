@@ -178,6 +178,11 @@ async def test_code_execution_through_the_door(tmp_path: Path) -> None:
 
             assert await value_of(client, code="call_tool('echo', 'echo', {text: 'after all that'}).ok") is True
 
+            # A long answer is cut at tool_response_limit like an upstream's; read_cache has the rest.
+            with trio.fail_after(60):
+                long = await client.call_tool("code_execution", {"code": "'x'.repeat(30000)"})
+            assert not long.is_error and "read_cache" in text_of(long)
+
         # Inner calls are recorded like any other call, under their own variant.
         recorded = recorded_calls(stack)
         assert ("other", "echo", "code_execution", "ok") in recorded
