@@ -328,8 +328,9 @@ class Sandbox:
             raise RunError("TRANSPILE_ERROR", f"TypeScript syntax error{where}: {first['message']}")
         return result["code"]
 
-    def _execute(self, run_id: Any, code: str, input_json: str, timeout: float,
-                 max_parallel: int) -> tuple[str, list[str]]:
+    def _execute(
+        self, run_id: Any, code: str, input_json: str, timeout: float, max_parallel: int
+    ) -> tuple[str, list[str]]:
         from py_mini_racer import JSEvalException, JSOOMException, JSParseException, MiniRacer
 
         mr = MiniRacer()
@@ -396,8 +397,9 @@ class Sandbox:
         except (JSEvalException, ValueError):
             return []
 
-    def _serve_calls(self, run_id: Any, future: concurrent.futures.Future[str], buffer: memoryview,
-                     flags: memoryview) -> str | None:
+    def _serve_calls(
+        self, run_id: Any, future: concurrent.futures.Future[str], buffer: memoryview, flags: memoryview
+    ) -> str | None:
         """Relay the script's calls to the parent until the run ends; returns an abort message if any."""
         call = 0
         pending: str | None = None  # the rest of a reply too large for one chunk
@@ -414,10 +416,17 @@ class Sandbox:
                     pending = self._write_reply(buffer, flags, pending)
                     continue
                 length = flags[1]
-                request = json.loads(bytes(buffer[_HEADER:_HEADER + 2 * length]).decode("utf-16-le", "surrogatepass"))
+                request = json.loads(bytes(buffer[_HEADER : _HEADER + 2 * length]).decode("utf-16-le", "surrogatepass"))
                 call += 1
-                self.send({"op": "calls", "id": run_id, "call": call, "requests": request["requests"],
-                           "max_parallel": request.get("max_parallel", 1)})
+                self.send(
+                    {
+                        "op": "calls",
+                        "id": run_id,
+                        "call": call,
+                        "requests": request["requests"],
+                        "max_parallel": request.get("max_parallel", 1),
+                    }
+                )
             elif kind == "line" and message.get("op") == "reply" and message.get("call") == call:
                 if isinstance(message.get("abort"), dict):
                     # The run ends here, whatever the script would do with an exception it could catch.
@@ -433,7 +442,7 @@ class Sandbox:
     def _write_reply(buffer: memoryview, flags: memoryview, text: str) -> str | None:
         chunk, rest = text[:_CHUNK_UNITS], text[_CHUNK_UNITS:]
         data = chunk.encode("utf-16-le", "surrogatepass")
-        buffer[_HEADER:_HEADER + len(data)] = data
+        buffer[_HEADER : _HEADER + len(data)] = data
         flags[1] = len(data) // 2
         flags[2] = 1 if rest else 0
         flags[0] = 1  # last: the script starts reading once it sees this

@@ -62,8 +62,9 @@ async def main(runs: int, calls: int) -> None:
         times = []
         for _ in range(runs):
             t0 = time.perf_counter()
-            await execute_code({"code": "({sum: input.a + input.b})", "input": {"a": 1, "b": 2}}, answer,
-                               pool=pool, limits=limits)
+            await execute_code(
+                {"code": "({sum: input.a + input.b})", "input": {"a": 1, "b": 2}}, answer, pool=pool, limits=limits
+            )
             times.append(time.perf_counter() - t0)
         print(f"trivial run (fresh isolate each): median {statistics.median(times) * 1000:.1f} ms over {runs}")
 
@@ -82,12 +83,14 @@ async def main(runs: int, calls: int) -> None:
         print(f"call_tools batch of 100: {(time.perf_counter() - t0) / 10 * 1000:.1f} ms per run")
 
         t0 = time.perf_counter()
-        await execute_code({"code": "const x: number = 1; x", "language": "typescript"}, answer, pool=pool,
-                           limits=limits)
+        await execute_code(
+            {"code": "const x: number = 1; x", "language": "typescript"}, answer, pool=pool, limits=limits
+        )
         print(f"first TypeScript run (loads the compiler): {(time.perf_counter() - t0) * 1000:.0f} ms")
         t0 = time.perf_counter()
-        await execute_code({"code": "const y: number = 2; y", "language": "typescript"}, answer, pool=pool,
-                           limits=limits)
+        await execute_code(
+            {"code": "const y: number = 2; y", "language": "typescript"}, answer, pool=pool, limits=limits
+        )
         print(f"next TypeScript run: {(time.perf_counter() - t0) * 1000:.0f} ms")
         rss, pss = memory_mb(pid)
         print(f"memory with the TypeScript compiler loaded: RSS {rss:.1f} MB" + (f", PSS {pss:.1f} MB" if pss else ""))

@@ -83,8 +83,13 @@ async def pool() -> AsyncIterator[SandboxPool]:
 TEST_LIMITS = Limits(timeout_ms=20000)
 
 
-async def run(pool: SandboxPool, door: FakeDoor | None = None, limits: Limits = TEST_LIMITS,
-              scripts: Path | None = None, **arguments: Any) -> Outcome:
+async def run(
+    pool: SandboxPool,
+    door: FakeDoor | None = None,
+    limits: Limits = TEST_LIMITS,
+    scripts: Path | None = None,
+    **arguments: Any,
+) -> Outcome:
     return await execute_code(arguments, door or FakeDoor(), pool=pool, limits=limits, scripts_dir=scripts)
 
 
@@ -312,7 +317,9 @@ async def test_infinite_loop_times_out_and_the_next_run_works(pool: SandboxPool)
 
 async def test_loop_of_calls_times_out_too(pool: SandboxPool) -> None:
     door = FakeDoor()
-    error = error_of(await run(pool, door, limits=Limits(timeout_ms=500), code="for (;;) call_tool('math', 'add', {a: 1, b: 1})"))
+    error = error_of(
+        await run(pool, door, limits=Limits(timeout_ms=500), code="for (;;) call_tool('math', 'add', {a: 1, b: 1})")
+    )
     assert error["code"] == "TIMEOUT"
     assert len(door.calls) > 0
     assert ok_value(await run(pool, code="3")) == 3

@@ -34,8 +34,11 @@ TOKEN = "registry-test-token"
 
 
 def recorded(name: str) -> dict[str, Any]:
-    return next(e for e in RECORDED if e["server"]["name"] == name and e["_meta"][
-        "io.modelcontextprotocol.registry/official"]["isLatest"])
+    return next(
+        e
+        for e in RECORDED
+        if e["server"]["name"] == name and e["_meta"]["io.modelcontextprotocol.registry/official"]["isLatest"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +77,11 @@ def registries(port: int, token: str | None = None) -> dict[str, RegistryConfig]
 def test_npm_package_with_a_secret_env_variable() -> None:
     hit = entry_to_hit(recorded("io.github.example/weather"))
     assert hit.source == "npm"
-    assert hit.config == {"command": "npx", "args": ["-y", "@example/weather-mcp@1.4.0"], "env": {"WEATHER_UNITS": "metric"}}
+    assert hit.config == {
+        "command": "npx",
+        "args": ["-y", "@example/weather-mcp@1.4.0"],
+        "env": {"WEATHER_UNITS": "metric"},
+    }
     needs = hit.needs.as_dict()
     assert needs["env"] == ["WEATHER_API_KEY"] and needs["needs_secrets"] is True
     assert hit.suggested_name == "weather" and hit.version == "1.4.0"
@@ -89,7 +96,10 @@ def test_pypi_package_with_named_arguments() -> None:
 
 def test_oci_package_passes_its_env_names_to_docker() -> None:
     hit = entry_to_hit(recorded("com.example.containers/kube-inspector"))
-    assert hit.config == {"command": "docker", "args": ["run", "-i", "--rm", "-e", "KUBECONFIG", "example/kube-inspector:2.0.0"]}
+    assert hit.config == {
+        "command": "docker",
+        "args": ["run", "-i", "--rm", "-e", "KUBECONFIG", "example/kube-inspector:2.0.0"],
+    }
     assert hit.needs.env == ["KUBECONFIG"]
 
 
@@ -129,9 +139,21 @@ def test_suggested_names_are_valid_server_names(name: str, expected: str) -> Non
 
 @pytest.mark.parametrize(
     ("address", "public"),
-    [("127.0.0.1", False), ("10.1.2.3", False), ("192.168.1.1", False), ("172.16.0.1", False),
-     ("169.254.169.254", False), ("::1", False), ("::ffff:127.0.0.1", False), ("fe80::1%eth0", False),
-     ("fc00::1", False), ("0.0.0.0", False), ("224.0.0.1", False), ("8.8.8.8", True), ("2001:4860::8888", True)],
+    [
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("192.168.1.1", False),
+        ("172.16.0.1", False),
+        ("169.254.169.254", False),
+        ("::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("fe80::1%eth0", False),
+        ("fc00::1", False),
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("8.8.8.8", True),
+        ("2001:4860::8888", True),
+    ],
 )
 def test_public_address(address: str, public: bool) -> None:
     assert _public_address(address) is public
@@ -141,8 +163,14 @@ def test_list_registries_shows_the_builtin_one_and_never_a_token() -> None:
     listing = list_registries({"corp": RegistryConfig(name="Corp", url="https://r.example.com", token="${env:T}")})
     assert [r["id"] for r in listing] == [BUILTIN_ID, "corp"]
     assert listing[0]["builtin"] is True and listing[0]["url"] is None
-    assert listing[1] == {"id": "corp", "name": "Corp", "url": "https://r.example.com",
-                          "protocol": "modelcontextprotocol/registry", "builtin": False, "has_token": True}
+    assert listing[1] == {
+        "id": "corp",
+        "name": "Corp",
+        "url": "https://r.example.com",
+        "protocol": "modelcontextprotocol/registry",
+        "builtin": False,
+        "has_token": True,
+    }
     assert "${env:T}" not in json.dumps(listing)
 
 
@@ -193,8 +221,11 @@ async def test_search_follows_cursors_and_keeps_the_latest_versions(registry_por
 async def test_search_by_tag_reads_further_pages(registry_port: int) -> None:
     configured = registries(registry_port)
     remote = await search_servers("test", tag="remote", configured=configured, allow_private=True)
-    assert {h["name"] for h in remote} == {"com.example/hosted-search", "com.example/legacy-events",
-                                           "io.mcpvisor.test/conformance"}
+    assert {h["name"] for h in remote} == {
+        "com.example/hosted-search",
+        "com.example/legacy-events",
+        "io.mcpvisor.test/conformance",
+    }
     oci = await search_servers("test", tag="oci", configured=configured, allow_private=True)
     assert [h["config"]["command"] for h in oci] == ["docker"]
 
@@ -204,14 +235,18 @@ async def test_proposal_from_the_registry(registry_port: int) -> None:
     proposal = await proposal_from_registry(
         "test", "io.github.example/sqlite-explorer", configured=configured, allow_private=True
     )
-    assert (proposal.name, proposal.registry, proposal.registry_server) == ("sqlite-explorer", "test",
-                                                                            "io.github.example/sqlite-explorer")
+    assert (proposal.name, proposal.registry, proposal.registry_server) == (
+        "sqlite-explorer",
+        "test",
+        "io.github.example/sqlite-explorer",
+    )
     assert proposal.config["command"] == "uvx" and proposal.version == "0.9.1"
     with pytest.raises(RegistryError, match="not found"):
         await proposal_from_registry("test", "io.github.example/missing", configured=configured, allow_private=True)
     with pytest.raises(RegistryError, match="cannot be run here"):
-        await proposal_from_registry("test", "io.github.example/desktop-bundle", configured=configured,
-                                     allow_private=True)
+        await proposal_from_registry(
+            "test", "io.github.example/desktop-bundle", configured=configured, allow_private=True
+        )
 
 
 async def test_loopback_registry_is_refused_unless_allowed(registry_port: int) -> None:
@@ -227,8 +262,9 @@ async def test_loopback_registry_is_refused_unless_allowed(registry_port: int) -
 
 async def test_token_by_secret_reference(registry_port: int) -> None:
     with_token = registries(registry_port, token="${env:REG_TOKEN}")
-    hits = await search_servers("private", "weather", configured=with_token, allow_private=True,
-                                environ={"REG_TOKEN": TOKEN})
+    hits = await search_servers(
+        "private", "weather", configured=with_token, allow_private=True, environ={"REG_TOKEN": TOKEN}
+    )
     assert len(hits) == 1
     with pytest.raises(RegistryError, match="HTTP 401") as err:
         await search_servers("private", configured=with_token, allow_private=True, environ={"REG_TOKEN": "wrong-value"})
@@ -266,8 +302,11 @@ async def test_search_servers_tool_answers() -> None:
     found = await answer_search_servers({"registry": BUILTIN_ID, "search": "memory"}, {})
     assert found["isError"] is False
     assert [s["suggested_name"] for s in found["structuredContent"]["servers"]] == ["memory"]
-    for bad, fragment in [({}, "'registry' is required"), ({"registry": BUILTIN_ID, "limit": 99}, "from 1 to 50"),
-                          ({"registry": BUILTIN_ID, "colour": 1}, "Unknown parameter"),
-                          ({"registry": "nope"}, "unknown registry")]:
+    for bad, fragment in [
+        ({}, "'registry' is required"),
+        ({"registry": BUILTIN_ID, "limit": 99}, "from 1 to 50"),
+        ({"registry": BUILTIN_ID, "colour": 1}, "Unknown parameter"),
+        ({"registry": "nope"}, "unknown registry"),
+    ]:
         answer = await answer_search_servers(bad, {})
         assert answer["isError"] is True and fragment in answer["content"][0]["text"], bad
