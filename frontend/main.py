@@ -121,7 +121,9 @@ async def run(
         control=control_client,
         changed=catalog_changed,
     ).answer
-    builtins = Builtins(upstreams, control_client, ResponseCache())
+    builtins = Builtins(
+        upstreams, control_client, ResponseCache(), registries=spec.registries, config_path=spec.config_path
+    )
     endpoints = {"/mcp": build_search_server(builtins)}
     if settings.enable_direct_endpoint:
         endpoints["/mcp/direct"] = build_direct_server(upstreams, clients, builtins)
@@ -146,6 +148,8 @@ async def run(
             log.info("serving MCP on %s (endpoints: %s)", ", ".join(binds), ", ".join(endpoints) or "none")
             task_status.started()
     finally:
+        with trio.CancelScope(shield=True):
+            await builtins.aclose()
         with contextlib.suppress(OSError):
             upstreams.index.save_cache()  # the next start need not embed these tools again
         db.close()
