@@ -12,6 +12,7 @@ from typing import Any, Literal
 import msgspec
 from mcp.shared.uri_template import UriTemplate
 
+from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.states import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,8 @@ class Catalog:
         """Take in a worker's snapshot; True when what clients see changed."""
         view = self.view(server_id)
         was_ready = view.ready
-        view.pid, view.catalog_seq, view.state, view.error = pid, catalog_seq, state, error
+        # An upstream's error may echo what it was sent; no listing shows a credential.
+        view.pid, view.catalog_seq, view.state, view.error = pid, catalog_seq, state, redact_secrets(error)
         view.alive, view.last_seen = True, time.monotonic()
         lists_changed = False
         if initialize and initialize != view.initialize_raw:

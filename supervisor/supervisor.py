@@ -40,6 +40,7 @@ from mcpvisor.wire.messages import (
 )
 from mcpvisor.wire.operator import Action, OperatorResult
 from mcpvisor.wire.proposals import ProposalStore
+from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
@@ -402,7 +403,8 @@ class Supervisor:
         if program.name.startswith(WORKER_PREFIX):
             row["upstream"] = str(report.upstream_state) if report and report.upstream_state else ""
             row["tools"] = report.tools if report else 0
-            row["error"] = report.error if report else ""
+            # An upstream's error may echo what it was sent; no status line shows a credential.
+            row["error"] = redact_secrets(report.error) if report else ""
             row["discoveries"] = report.discoveries if report else 0
             row["connect_seconds"] = report.connect_seconds if report else 0.0
         return row

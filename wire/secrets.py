@@ -7,11 +7,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from mcpvisor.wire.redaction import redact_secrets
+
 SECRET_REF = re.compile(r"\$\{(env|file):([^}]+)\}")
 REDACTED = "***"
 
 # Header names whose values are credentials even when written inline.
-_SENSITIVE_HEADER = re.compile(r"authorization|token|secret|key|cookie|password|credential", re.I)
+_SENSITIVE_HEADER = re.compile(r"authorization|token|secret|key|cookie|passw|pwd|credential|private", re.I)
 
 
 class SecretError(Exception):
@@ -41,12 +43,17 @@ def resolve_all(table: Mapping[str, str], environ: Mapping[str, str] | None = No
 
 
 def redact_value(key: str, value: str) -> str:
-    """What a listing shows for one env/header value: references as written, literal secrets masked."""
+    """What a listing shows for one env/header value: references as written, literal secrets masked.
+
+    A value is masked whole when its name says it is a credential; otherwise what looks like one
+    inside it (a URL's password, a token, `password=...`) is.
+    """
     if SECRET_REF.search(value):
-        return value  # the reference names where the secret lives, not the secret
+        # The reference names where the secret lives, not the secret; a literal beside it may be one.
+        return redact_secrets(value)
     if _SENSITIVE_HEADER.search(key):
         return REDACTED
-    return value
+    return redact_secrets(value)
 
 
 def redact_table(table: Mapping[str, str]) -> dict[str, str]:

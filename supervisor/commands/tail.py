@@ -9,6 +9,7 @@ import msgspec
 
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
 from mcpvisor.wire.logs import tail_lines
+from mcpvisor.wire.redaction import redact_secrets
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -85,5 +86,6 @@ async def tail(sup: Supervisor, args: TailArgs) -> dict[str, Any]:
             size = path.stat().st_size if path.exists() else 0
         else:
             text, size = read_from(path, args.offsets.get(label, 0))
-        streams.append({"stream": label, "path": str(path), "text": text, "offset": size})
+        # An upstream may print a credential to its stderr; no listing shows one.
+        streams.append({"stream": label, "path": str(path), "text": redact_secrets(text), "offset": size})
     return {"name": args.name, "streams": streams, "follow": args.offsets is not None}

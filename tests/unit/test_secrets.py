@@ -167,3 +167,18 @@ def test_values_shorter_than_four_characters_are_ignored() -> None:
 
 def test_an_empty_redactor_changes_nothing() -> None:
     assert Redactor()("nothing to hide") == "nothing to hide"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "hidden"),
+    [
+        ("DATABASE_URL", "postgres://app:hunter2-very-secret@db.internal:5432/app", "hunter2-very-secret"),
+        ("UPSTREAM", "https://api.example.com/v1?api_key=k3y-0123456789abcdef", "k3y-0123456789abcdef"),
+        ("GITHUB", "ghp_0123456789abcdefghijABCDEFGHIJ012345", "0123456789abcdefghijABCDEFGHIJ012345"),
+        ("HEADER", "Bearer ${env:TOKEN} sk-live-0123456789abcdef", "0123456789abcdef"),
+    ],
+)
+def test_a_secret_inside_an_ordinary_value_is_masked(key: str, value: str, hidden: str) -> None:
+    shown = redact_value(key, value)
+    assert hidden not in shown
+    assert shown != value
