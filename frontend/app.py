@@ -15,6 +15,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcpvisor.frontend.boundary import Boundary
 from mcpvisor.frontend.direct import shortcuts_of
 from mcpvisor.frontend.fastpath import FastPath, replay
+from mcpvisor.frontend.metrics import Metrics, endpoint_label
 from mcpvisor.frontend.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.server_endpoint import ServerEndpoints
 from mcpvisor.frontend.session_path import SessionPath
@@ -55,6 +56,17 @@ async def _send_json(send: Send, status: int, body: object) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
+def _counted(send: Send, metrics: Metrics, endpoint: str) -> Send:
+    """`send`, counting the response's status under `endpoint`."""
+
+    async def counting(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            metrics.requests.labels(endpoint, str(message["status"])).inc()
+        await send(message)
+
+    return counting
+
+
 def _modern(scope: Scope) -> bool:
     """The request names no session: a 2026-07-28 one, for the stateless fast path."""
     return not any(name == b"mcp-session-id" for name, _ in scope["headers"])
@@ -71,8 +83,10 @@ class FrontendApp:
         max_body: int,
         *,
         local_users_only: bool = True,
+        metrics: Metrics | None = None,
     ) -> None:
         self.upstreams = upstreams
+        self.metrics = metrics
         security = _security(host)
         # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
         self.boundary = Boundary(local_users_only=local_users_only and is_loopback(host), max_body=max_body)
@@ -122,6 +136,8 @@ class FrontendApp:
             return
         if scope["type"] != "http":
             return
+        if self.metrics is not None:
+            send = _counted(send, self.metrics, endpoint_label(scope["path"]))
         if (admitted := await self.boundary(scope, receive, send)) is None:
             return
         receive = admitted
@@ -139,6 +155,11 @@ class FrontendApp:
             await app(scope, receive, send)
         elif path == "/healthz":
             await _send_json(send, 200, self._health())
+        elif path == "/metrics" and self.metrics is not None:
+            body, content_type = await self.metrics.render()
+            headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
         else:
             await _send_json(send, 404, {"error": f"no endpoint at {path}", "endpoints": sorted(self._apps)})
 

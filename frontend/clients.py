@@ -165,3 +165,5 @@ class Clients:
                 for method in LIST_CHANGED:
                     # Best effort by design: a closed stream drops the notice without raising.
                     await connection.notify(method, None)
+                    if self.upstreams.metrics is not None:
+                        self.upstreams.metrics.list_changed.inc()

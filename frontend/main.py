@@ -24,6 +24,7 @@ from mcpvisor.frontend.clients import Clients
 from mcpvisor.frontend.control import ControlClient
 from mcpvisor.frontend.direct import build_direct_server
 from mcpvisor.frontend.gate import Gate
+from mcpvisor.frontend.metrics import Metrics
 from mcpvisor.frontend.operator import Operator
 from mcpvisor.frontend.response_cache import ResponseCache
 from mcpvisor.frontend.rounds import ROUND_TTL, Rounds
@@ -113,6 +114,7 @@ async def run(
         index=ToolIndex(cache_dir=Path(spec.data_dir) if spec.data_dir else None),
         rounds=Rounds(ROUND_TTL),
     )
+    upstreams.metrics = Metrics(catalog, status=lambda: control_client.call("status"))
     clients = Clients(upstreams)
     control_client.on_request = Operator(
         servers=lambda: upstreams.servers,
@@ -127,7 +129,7 @@ async def run(
     endpoints = {"/mcp": build_search_server(builtins)}
     if settings.enable_direct_endpoint:
         endpoints["/mcp/direct"] = build_direct_server(upstreams, clients, builtins)
-    app = FrontendApp(upstreams, endpoints, host, settings.max_body_bytes)
+    app = FrontendApp(upstreams, endpoints, host, settings.max_body_bytes, metrics=upstreams.metrics)
 
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]

@@ -21,6 +21,7 @@ from mcpvisor.frontend.activity import ActivityLog, Outcome
 from mcpvisor.frontend.calls import ClientCall
 from mcpvisor.frontend.catalog import Catalog, ServerView, exposed_name, split_name
 from mcpvisor.frontend.gate import Gate, approve_command
+from mcpvisor.frontend.metrics import Metrics
 from mcpvisor.frontend.rounds import ROUND_METHODS, Rounds
 from mcpvisor.frontend.router import Router
 from mcpvisor.frontend.search import SearchHit, ToolIndex
@@ -107,6 +108,7 @@ class Upstreams:
         self.activity = activity
         self.index = index
         self.rounds = rounds
+        self.metrics: Metrics | None = None  # set by the frontend when it serves /metrics
         self._config_version = 0
 
     # -- the server table ------------------------------------------------------------------------
@@ -309,14 +311,12 @@ class Upstreams:
         started = time.monotonic()
 
         def record(outcome: Outcome) -> None:
+            duration = time.monotonic() - started
             self.activity.record(
-                server=target.server,
-                tool=target.tool,
-                variant=via,
-                intent=intent,
-                outcome=outcome,
-                duration=time.monotonic() - started,
+                server=target.server, tool=target.tool, variant=via, intent=intent, outcome=outcome, duration=duration
             )
+            if self.metrics is not None:
+                self.metrics.call_done(target.server, via, outcome, duration)
 
         refusal = self.gate.refusal(target, self.catalog)
         if refusal is None and target.destructive and not destructive:
@@ -327,11 +327,17 @@ class Upstreams:
         if refusal is not None:
             record("blocked")
             raise Refused(refusal)
+        in_flight = self.metrics.in_flight.labels(target.server) if self.metrics is not None else None
         try:
+            if in_flight is not None:
+                in_flight.inc()
             result = await self.request(target.server, "tools/call", params, call, what=f"Tool '{target.name}'")
         except UpstreamError:
             record("error")
             raise
+        finally:
+            if in_flight is not None:
+                in_flight.dec()
         if isinstance(result, bytes):
             record("error" if _is_error(result) else "ok")
         return result
