@@ -1,13 +1,15 @@
-"""The short way for the commonest request: a 2026-07-28 `tools/call` on `/mcp/direct`.
+"""The short way for the commonest requests of 2026-07-28 clients on `/mcp/direct`.
 
 A stateless 2026-07-28 call of an upstream tool, with no progress or log opt-in, is a plain
 request-response: this module answers it without the SDK's server, decoding the envelope with
 msgspec and passing the upstream's result through as it came, with the fields the protocol adds.
+`tools/list`, `prompts/list` and `resources/list` are answered from pages encoded once per change
+of what clients see (frontend/listings.py).
 Everything else (another era, another method, progress, logs, a client that can be asked for
-sampling, elicitation or roots, Mcp-Param headers, a management tool, anything malformed or
-unusual) falls through to the SDK, which also produces every error a
+sampling, elicitation or roots, Mcp-Param headers, a management tool, a bad cursor, anything
+malformed or unusual) falls through to the SDK, which also produces every error a
 malformed request deserves. The SDK's client checks what this returns in the test suite, in both
-eras, against every upstream the tests use.
+eras, against every upstream the tests use (tests/e2e/test_short_paths.py).
 """
 
 from __future__ import annotations
