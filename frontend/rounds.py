@@ -34,6 +34,9 @@ _encode = msgspec.json.encode
 ROUND_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 # How long a call waits for its client to come back with input (a person may be answering).
 ROUND_TTL = 600.0
+# Questions an upstream asks at once reach mcpvisor one message apart: gathered this long, they go
+# to the client as one round, as the upstream meant them.
+ROUND_GATHER = 0.05
 
 
 def carried(ctx: Any) -> dict[str, Any]:
@@ -196,6 +199,10 @@ class Rounds:
         while not waiting.done.is_set() and not waiting.unasked:
             await waiting.changed.wait()
             waiting.changed = trio.Event()
+        with trio.move_on_after(ROUND_GATHER):
+            while not waiting.done.is_set():
+                await waiting.changed.wait()
+                waiting.changed = trio.Event()
         if waiting.done.is_set():
             self._finish(waiting, "")
             outcome = waiting.outcome

@@ -125,7 +125,21 @@ NOT_ON_SEARCH_FIRST = {
     "prompts-list": _TOOLS_ONLY,
     "caching": _TOOLS_ONLY + " (it lists them)",
 }
-NEEDS_SERVER_ENDPOINT = "needs /mcp/servers/NAME"
+# Checks that cannot pass through /mcp/servers/NAME, and why. mcpvisor's worker speaks the handshake
+# era to its upstream (it keeps the back-channel that sampling, elicitation, roots and notifications
+# need there), so what exists only on a 2026-07-28 wire between client and server is not carried.
+THROUGH_A_WORKER = {
+    "input-required-result-basic-elicitation": {
+        "sep-2322-elicitation-incomplete": "the check wants the upstream's own inputRequests key (`user_name`); the "
+        "upstream asks the worker an elicitation/create request, which has no key, so mcpvisor names it",
+    },
+    "server-stateless": {
+        "sep-2575-server-rejects-undeclared-capability": "the upstream judges the capabilities of the client "
+        "it sees, the worker (which declares sampling to reach every tool); the end client's per-request "
+        "capabilities do not travel to a handshake-era upstream",
+        "sep-2575-missing-capability-http-400": "follows from the check above: no -32021, so no 400 to test",
+    },
+}
 _RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
 
 Results = dict[str, list[dict[str, Any]]]
@@ -282,7 +296,6 @@ def test_fixture_free_scenario_through_mcpvisor(scenario: str, path: str, stack_
     assert_no_failure(scenario, stack_results[path].get(scenario))
 
 
-@pytest.mark.skip(reason=NEEDS_SERVER_ENDPOINT)
 @pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
 @pytest.mark.parametrize("scenario", SERVER_SCENARIOS)
 def test_scenario_through_mcp_servers_conf(
@@ -290,4 +303,9 @@ def test_scenario_through_mcp_servers_conf(
 ) -> None:
     if scenario.startswith("tasks-"):
         pytest.skip(NO_TASKS)
-    assert_no_failure(scenario, server_endpoint_results[transport].get(scenario))
+    checks = server_endpoint_results[transport].get(scenario)
+    known = THROUGH_A_WORKER.get(scenario, {})
+    failed = {check["id"] for check in checks or () if check.get("status") == "FAILURE"}
+    if known and failed and failed <= set(known):
+        pytest.xfail("; ".join(f"{check}: {known[check]}" for check in sorted(failed)))
+    assert_no_failure(scenario, checks)

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import functools
 import json
 import os
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import anyio
@@ -169,6 +172,59 @@ async def _tell_handshake_era(ctx: Context, lists: str) -> None:
     await send()
 
 
+class _Round:
+    """A tool's view of one round it answers itself: the answers and state it would get back."""
+
+    def __init__(self, ctx: Context, responses: dict[str, Any] | None, state: str | None) -> None:
+        self._ctx = ctx
+        self.input_responses = responses
+        self.request_state = state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+_ASK_RESULTS: dict[type[Any], type[Any]] = {
+    types.ElicitRequest: types.ElicitResult,
+    types.CreateMessageRequest: types.CreateMessageResult,
+    types.ListRootsRequest: types.ListRootsResult,
+}
+
+
+async def _ask(ctx: Context, request: Any, answers: dict[str, Any], key: str) -> None:
+    # A question the client cannot answer is left unanswered, as a 2026-07-28 client leaves it.
+    with contextlib.suppress(MCPError):
+        answers[key] = await ctx.session.send_request(request, _ASK_RESULTS[type(request)])
+
+
+def both_eras(fn: Callable[[Any], Any]) -> Callable[[Context], Awaitable[Any]]:
+    """A handler written for 2026-07-28 input_required rounds, answering a handshake-era client too.
+
+    A handshake-era client (such as a proxy's worker) cannot take an input_required result, so the
+    questions of each round go to it as requests over the connection, all of a round at once, and
+    the handler runs again with the answers, as a 2026-07-28 client's retry would run it.
+    """
+
+    @functools.wraps(fn)
+    async def handler(ctx: Context) -> Any:
+        if ctx.request_context.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return fn(ctx)
+        responses: dict[str, Any] | None = None
+        state: str | None = None
+        for _ in range(8):
+            result = fn(_Round(ctx, responses, state))
+            if not isinstance(result, types.InputRequiredResult):
+                return result
+            answers: dict[str, Any] = {}
+            async with anyio.create_task_group() as group:
+                for key, request in (result.input_requests or {}).items():
+                    group.start_soon(_ask, ctx, request, answers, key)
+            responses, state = answers, result.request_state
+        raise MCPError(types.INTERNAL_ERROR, "too many rounds")
+
+    return handler
+
+
 def build() -> MCPServer:
     server = MCPServer("mcpvisor-conformance-fixture")
     subscriptions: set[str] = set()
@@ -274,6 +330,7 @@ def build() -> MCPServer:
     server._tool_manager.get_tool("json_schema_2020_12_tool").parameters = JSON_SCHEMA_2020_12
 
     @server.tool(description="Asks for the user's name through an input_required result.")
+    @both_eras
     def test_input_required_result_elicitation(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         answer = _answer(ctx, "user_name")
         if not isinstance(answer, dict) or answer.get("action") != "accept":
@@ -281,6 +338,7 @@ def build() -> MCPServer:
         return _text(f"Hello, {(answer.get('content') or {}).get('name', 'stranger')}!")
 
     @server.tool(description="Asks the client's LLM through an input_required result.")
+    @both_eras
     def test_input_required_result_sampling(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         answer = _answer(ctx, "capital_question")
         if answer is None:
@@ -291,6 +349,7 @@ def build() -> MCPServer:
         return _text(f"The model said: {content.get('text', '') if isinstance(content, dict) else content}")
 
     @server.tool(description="Asks for the client's roots through an input_required result.")
+    @both_eras
     def test_input_required_result_list_roots(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         answer = _answer(ctx, "client_roots")
         if answer is None:
@@ -299,6 +358,7 @@ def build() -> MCPServer:
         return _text(f"Client roots: {', '.join(roots) or 'none'}")
 
     @server.tool(description="Asks for confirmation and checks the request state it gets back.")
+    @both_eras
     def test_input_required_result_request_state(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         if ctx.request_state != "confirm-round-1" or _answer(ctx, "confirm") is None:
             return types.InputRequiredResult(
@@ -313,6 +373,7 @@ def build() -> MCPServer:
         return _text("state-ok: confirmed")
 
     @server.tool(description="Asks for an elicitation, a sampling and the roots at once.")
+    @both_eras
     def test_input_required_result_multiple_inputs(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         keys = ("user_name", "greeting", "client_roots")
         if ctx.request_state != "multi-1" or any(_answer(ctx, key) is None for key in keys):
@@ -327,6 +388,7 @@ def build() -> MCPServer:
         return _text("Received all inputs: user_name, greeting, client_roots")
 
     @server.tool(description="Asks two questions, one round each.")
+    @both_eras
     def test_input_required_result_multi_round(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         if ctx.request_state == "round-2" and _answer(ctx, "step2") is not None:
             return _text("Completed both rounds")
@@ -345,6 +407,7 @@ def build() -> MCPServer:
         )
 
     @server.tool(description="Refuses a request state that was not the one it sent.")
+    @both_eras
     def test_input_required_result_tampered_state(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         if ctx.request_state is None:
             return types.InputRequiredResult(
@@ -367,6 +430,7 @@ def build() -> MCPServer:
         return "the client can sample"
 
     @server.tool(description="Asks only for what the client declared it can answer (SEP-2322).")
+    @both_eras
     def test_input_required_result_capabilities(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         capabilities = ctx.client_capabilities or types.ClientCapabilities()
         if ctx.input_responses:
@@ -396,6 +460,7 @@ def build() -> MCPServer:
         return "logged"
 
     @server.tool(description="Asks the user a question mid-call (an input_required round on 2026-07-28).")
+    @both_eras
     def test_streaming_elicitation(ctx: Context) -> types.CallToolResult | types.InputRequiredResult:
         answer = _answer(ctx, "question")
         if answer is None:
@@ -493,6 +558,7 @@ def build() -> MCPServer:
         ]
 
     @server.prompt(description="A prompt that asks the user for its context first")
+    @both_eras
     def test_input_required_result_prompt(ctx: Context) -> list[UserMessage] | types.InputRequiredResult:
         answer = _answer(ctx, "prompt_context")
         if not isinstance(answer, dict) or answer.get("action") != "accept":
