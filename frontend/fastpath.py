@@ -70,7 +70,7 @@ class _ListCall(msgspec.Struct, forbid_unknown_fields=True):
 
 _decode_list = msgspec.json.Decoder(_ListCall)
 _decode_call = msgspec.json.Decoder(_Call)
-_decode_result = msgspec.json.Decoder(dict[str, Any])
+_decode_result = msgspec.json.Decoder(Any)
 _encode = msgspec.json.encode
 
 
@@ -185,7 +185,7 @@ class FastPath:
             or any(key in meta for key in _STREAMING_META)
         ):
             return False
-        result = listing.result(params.cursor, prefix=_LIST_PREFIX, suffix=b',"_meta":' + self._stamp)
+        result = listing.result(params.cursor, MODERN, prefix=_LIST_PREFIX, suffix=b',"_meta":' + self._stamp)
         if result is None:
             return False
         await _respond(send, b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b',"result":' + result + b"}")
@@ -198,36 +198,31 @@ class FastPath:
         when the upstream set `_meta` or `resultType` itself, which must be merged.
         """
         try:
-            head = _decode_head.decode(raw)
+            fields = _decode_fields.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise _BadResult("sent a tools/call result that is not valid JSON") from None
-        if head.content is None:
+        if "content" not in fields or bytes(fields["content"]).lstrip()[:1] != b"[":
             raise _BadResult("sent a tools/call result without content")
         envelope = b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b',"result":'
-        if head._meta is None and head.resultType is None:
+        if fields.keys() <= _PLAIN_FIELDS:
             body = raw.strip()
             return envelope + b'{"resultType":"complete","_meta":' + self._stamp + b"," + body[1:] + b"}"
-        result = _decode_result.decode(raw)
-        result.setdefault("resultType", "complete")
-        upstream_meta = result.get("_meta")
+        # The SDK's server drops fields the protocol has not got; `_meta` and `resultType` merge.
+        result: dict[str, Any] = {key: value for key, value in fields.items() if key in _RESULT_FIELDS}
+        result.setdefault("resultType", msgspec.Raw(b'"complete"'))
         stamp = {"io.modelcontextprotocol/serverInfo": self.server_info}
+        upstream_meta = _decode_result.decode(fields["_meta"]) if "_meta" in fields else None
         result["_meta"] = {**upstream_meta, **stamp} if isinstance(upstream_meta, dict) else stamp
         return envelope + _encode(result) + b"}"
 
 
+_PLAIN_FIELDS = frozenset({"content", "structuredContent", "isError"})
+_RESULT_FIELDS = _PLAIN_FIELDS | {"_meta", "resultType"}
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
 class _BadResult(Exception):
     """An upstream's tools/call result that cannot be forwarded."""
-
-
-class _ResultHead(msgspec.Struct):
-    """The fields of a tools/call result the fast path must look at; the rest stays undecoded."""
-
-    content: list[msgspec.Raw] | None = None
-    resultType: str | None = None
-    _meta: dict[str, Any] | None = msgspec.field(default=None, name="_meta")
-
-
-_decode_head = msgspec.json.Decoder(_ResultHead)
 
 
 async def _respond(send: Send, data: bytes) -> None:

@@ -13,6 +13,9 @@ from typing import Any
 
 import msgspec
 from mcp.shared.exceptions import MCPError
+from mcp_types.methods import serialize_server_result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from mcpvisor.frontend.pages import page
 
@@ -37,7 +40,7 @@ class Listing:
         self._page_size = page_size
         self._built: Hashable = object()  # no version matches it: built on first use
         self._items: list[dict[str, Any]] = []
-        self._pages: dict[str | None, tuple[bytes, str | None]] = {}
+        self._pages: dict[tuple[str | None, str], tuple[bytes, str | None]] = {}
 
     def items(self) -> list[dict[str, Any]]:
         """Every item, as clients may see them now (the list is shared: do not change it)."""
@@ -48,27 +51,36 @@ class Listing:
             self._built = version
         return self._items
 
-    def page(self, cursor: str | None) -> tuple[bytes, str | None] | None:
-        """The page at `cursor` as a JSON array, and the next cursor; None for a cursor not issued here."""
+    def page(self, cursor: str | None, version: str) -> tuple[bytes, str | None] | None:
+        """The page at `cursor` as a JSON array, as a client of protocol `version` gets it, and the
+        next cursor; None for a cursor not issued here (or items the SDK would refuse)."""
         items = self.items()
-        cached = self._pages.get(cursor)
+        cached = self._pages.get((cursor, version))
         if cached is not None:
             return cached
         try:
             chunk, next_cursor = page(self.kind, items, cursor, self._page_size)
         except MCPError:
             return None  # the SDK's path explains a bad cursor
-        built = (_encode(chunk), next_cursor)
-        self._pages[cursor] = built
+        # What the SDK's server sends a client of `version`: the same check and sieve, once per page.
+        shape: dict[str, Any] = {self.field: chunk}
+        if version in MODERN_PROTOCOL_VERSIONS:
+            shape.update(resultType="complete", cacheScope="private", ttlMs=0)
+        try:
+            sieved = serialize_server_result(self.kind, version, shape)
+        except (ValidationError, KeyError):
+            return None  # the SDK's path answers (and logs) what it cannot send
+        built = (_encode(sieved[self.field]), next_cursor)
+        self._pages[cursor, version] = built
         return built
 
-    def result(self, cursor: str | None, *, prefix: bytes = b"", suffix: bytes = b"") -> bytes | None:
+    def result(self, cursor: str | None, version: str, *, prefix: bytes = b"", suffix: bytes = b"") -> bytes | None:
         """`{prefix"field":[...],"nextCursor":...suffix}`: a list result around the cached page."""
-        found = self.page(cursor)
+        found = self.page(cursor, version)
         if found is None:
             return None
         chunk, next_cursor = found
-        body = b'{' + prefix + b'"' + self.field.encode() + b'":' + chunk
+        body = b"{" + prefix + b'"' + self.field.encode() + b'":' + chunk
         if next_cursor is not None:
             body += b',"nextCursor":' + _encode(next_cursor)
         return body + suffix + b"}"

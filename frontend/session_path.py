@@ -33,7 +33,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from mcpvisor.frontend.clients import connection_of
-from mcpvisor.frontend.fastpath import Receive, Scope, Send, _BadResult, _decode_head, admitted, read_body
+from mcpvisor.frontend.fastpath import Receive, Scope, Send, _BadResult, admitted, read_body
 from mcpvisor.frontend.listings import Listing
 from mcpvisor.frontend.mcp_server import ENVELOPE_PREFIX
 from mcpvisor.frontend.upstreams import NotFound, Refused, UpstreamError, Upstreams
@@ -43,7 +43,6 @@ _ASKABLE = ("sampling", "elicitation", "roots")
 _JSON = frozenset({"application/json", "application/*", "*/*"})
 _SSE = frozenset({"text/event-stream", "text/*", "*/*"})
 _encode = msgspec.json.encode
-_decode_result = msgspec.json.Decoder(dict[str, Any])
 
 
 class _CallParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -99,13 +98,16 @@ class Sessions:
                 self._logging.add(connection)
         return await call_next(ctx)
 
-    def quiet(self, session_id: str) -> bool:
-        """The session is initialized, and nothing can stream to it during a request."""
+    def quiet(self, session_id: str) -> str | None:
+        """The session's protocol version when it is initialized and nothing can stream to it
+        during a request; else None."""
         connection = self._connections.get(session_id)
         if connection is None or not connection.initialize_accepted or connection in self._logging:
-            return False
+            return None
         capabilities = connection.client_capabilities
-        return capabilities is None or all(getattr(capabilities, name, None) is None for name in _ASKABLE)
+        if capabilities is not None and any(getattr(capabilities, name, None) is not None for name in _ASKABLE):
+            return None
+        return connection.protocol_version
 
 
 class SessionPath:
@@ -135,8 +137,8 @@ class SessionPath:
         # with a notification on another POST.
         self._running: dict[tuple[str, int | str], trio.CancelScope] = {}
 
-    def _transport(self, scope: Scope) -> tuple[str, StreamableHTTPServerTransport] | None:
-        """The session's id and transport when the request may take the short way, else None."""
+    def _transport(self, scope: Scope) -> tuple[str, StreamableHTTPServerTransport, str] | None:
+        """The session's id, transport and protocol version when the request may take the short way."""
         if scope["method"] != "POST":
             return None
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
@@ -162,16 +164,17 @@ class SessionPath:
         requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
         if requestor != self.manager._session_owners.get(session_id):
             return None
-        if not self.sessions.quiet(session_id):
+        version = self.sessions.quiet(session_id)
+        if version is None or version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return None
-        return session_id, transport
+        return session_id, transport, version
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> tuple[bool, bytes]:
         """(answered, body read): when not answered, the body must be replayed to the SDK."""
         found = self._transport(scope)
         if found is None:
             return False, b""
-        session_id, transport = found
+        session_id, transport, version = found
         complete, body = await read_body(receive, self.max_body)
         if not complete:
             return False, body
@@ -196,7 +199,7 @@ class SessionPath:
                     await _respond(send, 200, b"", b"text/event-stream", session_id)
                     return True, body
             elif request.method in self.listings:
-                message = self._list(request)
+                message = self._list(request, version)
             else:
                 message = None
         if message is None:
@@ -216,14 +219,14 @@ class SessionPath:
         if notice.method == "notifications/cancelled" and scope is not None:
             scope.cancel()
 
-    def _list(self, request: _Request) -> bytes | None:
+    def _list(self, request: _Request, version: str) -> bytes | None:
         try:
             params = _decode_list.decode(request.params) if request.params else _ListParams()
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         if "progressToken" in params._meta:
             return None
-        result = self.listings[request.method].result(params.cursor)
+        result = self.listings[request.method].result(params.cursor, version)
         if result is None:
             return None
         return b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b',"result":' + result + b"}"
@@ -271,19 +274,24 @@ async def _respond(send: Send, status: int, body: bytes, content_type: bytes, se
     await send({"type": "http.response.body", "body": body})
 
 
+# The top-level fields of a tools/call result a handshake-era client gets: the SDK's server drops
+# any other (`resultType` included), and keeps these as the upstream wrote them (unsieved.py).
+_RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta"})
+_decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
 def _result(raw: bytes) -> bytes:
-    """An upstream's tools/call result as a handshake-era client gets it: as it came, less `resultType`."""
+    """An upstream's tools/call result as a handshake-era client gets it: as it came, less fields
+    its protocol has not got."""
     try:
-        head = _decode_head.decode(raw)
+        fields = _decode_fields.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise _BadResult("sent a tools/call result that is not valid JSON") from None
-    if head.content is None:
+    if "content" not in fields or bytes(fields["content"]).lstrip()[:1] != b"[":
         raise _BadResult("sent a tools/call result without content")
-    if head.resultType is None:
+    if fields.keys() <= _RESULT_FIELDS:
         return raw.strip()
-    result = _decode_result.decode(raw)
-    del result["resultType"]  # a 2026-07-28 field the SDK leaves out for older clients
-    return _encode(result)
+    return _encode({key: value for key, value in fields.items() if key in _RESULT_FIELDS})
 
 
 class _in_flight:
