@@ -29,6 +29,7 @@ from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, tail_lines
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
+from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
     FORWARDED_NOTIFICATIONS,
     RawError,
@@ -318,6 +319,7 @@ class Upstream:
         if server.kind == "sse":
             return await stack.enter_async_context(sse_client(server.url, headers=headers))
         http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+        http.event_hooks["request"].append(stamp_routing_headers)
         return await stack.enter_async_context(streamable_http_client(server.url, http_client=http))
 
     def _explain(self, message: str) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx2
 
+from tests.e2e.test_conformance import fixture_http
 from tests.support.stack import Stack, open_stack, python_server
 from tests.upstreams.conformance_server import APP_HTML, APP_META, APP_MIME, APP_TOOL_META, APP_URI
 
@@ -110,3 +111,16 @@ async def test_the_current_protocol_holds_on_both_endpoints(tmp_path: Path) -> N
             seen = json.loads(result_of(await post(url, "tools/call", traced))["content"][0]["text"])
             assert seen.get("traceparent") == TRACEPARENT, (path, seen)
             assert not any(key.startswith("io.modelcontextprotocol/") for key in seen), seen
+
+
+async def test_the_worker_sends_the_routing_headers_to_an_http_upstream(tmp_path: Path) -> None:
+    settings = {"enable_server_endpoints": True}
+    with fixture_http(tmp_path) as url:
+        servers = {"conf": {"url": url, "transport": "streamable-http"}}
+        async with open_stack(tmp_path, servers, settings=settings) as stack:
+            for era in ("legacy", "modern"):
+                mode = {"mode": "legacy"} if era == "legacy" else {}
+                async with stack.client("/mcp/servers/conf", **mode) as client:
+                    result = await client.call_tool("test_routing_headers", {})
+                    seen = json.loads(result.content[0].text)
+                    assert seen == {"mcp-method": "tools/call", "mcp-name": "test_routing_headers"}, (era, seen)

@@ -512,6 +512,11 @@ def build() -> MCPServer:
         meta = ctx.request_context.meta
         return json.dumps(dict(meta or {}))
 
+    @server.tool(description="Answers with the Mcp-Method and Mcp-Name headers of its request (HTTP only).")
+    def test_routing_headers(ctx: Context) -> str:
+        headers = ctx.headers or {}
+        return json.dumps({name: headers.get(name) for name in ("mcp-method", "mcp-name")})
+
     @server.tool(description="An MCP App: its UI is the ui:// resource its _meta points at.", meta=APP_TOOL_META)
     def test_app_tool() -> str:
         return "app tool ran"
