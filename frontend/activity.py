@@ -1,6 +1,9 @@
-"""The activity log: one row per upstream call made through a built-in tool, with the declared intent.
+"""The activity log: one row per tools/call, resources/read and prompts/get that reached the door.
 
-Arguments and results are never stored: they may hold secrets.
+A row says which request (the id also given to the client in the result's `_meta` and to the
+worker), when, who asked (client name; tenant once tenants exist), on which endpoint, what was
+called, the declared intent, how long it took, how it ended and how many bytes came back.
+Arguments and results may hold secrets: they are kept only when the operator asks, and redacted.
 """
 
 from __future__ import annotations
@@ -9,13 +12,29 @@ import json
 import logging
 import sqlite3
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
+
+import msgspec
+import trio
+
+from mcpvisor.wire.redaction import redact_secrets
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal["ok", "error", "blocked"]
+Kind = Literal["tool", "resource", "prompt"]
+
+META_KEY: Final = "io.mcpvisor/requestId"
+PRUNE_EVERY: Final = 60.0  # seconds between retention passes
+STORED_TEXT_LIMIT: Final = 16_384  # characters of arguments or result kept per row when recording is on
+
+COLUMNS: Final = (
+    "id, request_id, time, client, tenant, endpoint, kind, server, tool, variant, intent, outcome, "
+    "duration_ms, result_bytes, arguments, result"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,13 +46,92 @@ class CallRecord:
     intent: dict[str, Any] | None
     outcome: Outcome
     duration_ms: float
+    request_id: str = ""
+    client: str = ""
+    endpoint: str = ""
+    kind: Kind = "tool"
+    result_bytes: int = 0
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+_decode_object = msgspec.json.Decoder(dict[str, Any])
+
+
+def with_request_id(result: bytes, request_id: str) -> bytes:
+    """The result object with `_meta[META_KEY]` set; anything that is not an object is left as it is."""
+    stripped = result.lstrip()
+    if not stripped.startswith(b"{"):
+        return result
+    if b'"_meta"' not in result:
+        # The common case, spliced without decoding: a large result costs a copy, not a parse.
+        rest = stripped[1:].lstrip()
+        entry = b'{"_meta":{"' + META_KEY.encode() + b'":' + msgspec.json.encode(request_id) + b"}"
+        return entry + (b"}" if rest.startswith(b"}") else b"," + rest)
+    try:
+        document = _decode_object.decode(result)
+    except msgspec.DecodeError:
+        return result
+    meta = document.get("_meta")
+    document["_meta"] = {**meta, META_KEY: request_id} if isinstance(meta, dict) else {META_KEY: request_id}
+    return msgspec.json.encode(document)
+
+
+def client_name(call: Any, params: Mapping[str, Any]) -> str:
+    """The client's name from its initialize (handshake era) or the request's `_meta` (2026-07-28)."""
+    session = getattr(getattr(call, "ctx", None), "session", None)
+    client_params = getattr(session, "client_params", None)
+    info = getattr(client_params, "client_info", None)
+    if info is not None and isinstance(name := getattr(info, "name", None), str):
+        return name
+    meta = params.get("_meta")
+    if isinstance(meta, Mapping):
+        info = meta.get("io.modelcontextprotocol/clientInfo")
+        if isinstance(info, Mapping) and isinstance(name := info.get("name"), str):
+            return name
+    return ""
+
+
+def endpoint_of(call: Any, via: str, server: str) -> str:
+    """The HTTP path the client called: from its request when known, else what the path implies."""
+    request = getattr(getattr(call, "ctx", None), "request", None)
+    path = getattr(getattr(request, "url", None), "path", None)
+    if isinstance(path, str) and path:
+        return path.rstrip("/") or "/"
+    if via == "direct":
+        return "/mcp/direct"
+    if via == "server-endpoint":
+        return f"/mcp/servers/{server}"
+    return "/mcp" if via.startswith("call_tool") or via in ("code_execution", "proxy") else ""
+
+
+def _stored(value: Any) -> str | None:
+    """Arguments or a result as redacted JSON text (arguments may still be raw JSON bytes here)."""
+    try:
+        data = value if isinstance(value, bytes) else msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return None
+    # Redact a wider window than is kept, so no secret cut at the limit survives as a fragment.
+    return redact_secrets(data[: 2 * STORED_TEXT_LIMIT].decode(errors="replace"))[:STORED_TEXT_LIMIT]
 
 
 class ActivityLog:
-    """Appends calls to the `calls` table of the state store."""
+    """Appends calls to the `calls` table of the state store, and keeps it within its retention."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        *,
+        record_arguments: bool = False,
+        retention_days: float = 30.0,
+        max_rows: int = 100_000,
+    ) -> None:
         self._db = db
+        self.record_arguments = record_arguments
+        self.retention_days = retention_days
+        self.max_rows = max_rows
 
     def record(
         self,
@@ -44,20 +142,36 @@ class ActivityLog:
         intent: Mapping[str, Any] | None,
         outcome: Outcome,
         duration: float,
+        request_id: str = "",
+        client: str = "",
+        endpoint: str = "",
+        kind: Kind = "tool",
+        result_bytes: int = 0,
+        arguments: Any = None,
+        result: bytes | None = None,
     ) -> None:
         """Log one call (`duration` in seconds); a failing disk is logged, never fails the call."""
+        keep = self.record_arguments
         try:
             self._db.execute(
-                "INSERT INTO calls (time, server, tool, variant, intent, outcome, duration_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO calls (request_id, time, client, endpoint, kind, server, tool, variant, intent,"
+                " outcome, duration_ms, result_bytes, arguments, result)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
+                    request_id,
                     time.time(),
+                    client,
+                    endpoint,
+                    kind,
                     server,
                     tool,
                     variant,
                     None if intent is None else json.dumps(dict(intent), ensure_ascii=False),
                     outcome,
                     round(duration * 1000, 3),
+                    result_bytes,
+                    _stored(arguments) if keep and arguments is not None else None,
+                    _stored(result) if keep and result is not None else None,
                 ),
             )
         except sqlite3.Error as exc:
@@ -66,10 +180,39 @@ class ActivityLog:
     def recent(self, limit: int = 100) -> list[CallRecord]:
         """The last `limit` calls, newest first."""
         rows = self._db.execute(
-            "SELECT time, server, tool, variant, intent, outcome, duration_ms FROM calls ORDER BY id DESC LIMIT ?",
+            "SELECT time, server, tool, variant, intent, outcome, duration_ms, request_id, client, endpoint, kind,"
+            " result_bytes FROM calls ORDER BY id DESC LIMIT ?",
             (limit,),
         ).fetchall()
         return [
-            CallRecord(row[0], row[1], row[2], row[3], None if row[4] is None else json.loads(row[4]), row[5], row[6])
+            CallRecord(
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                None if row[4] is None else json.loads(row[4]),
+                *row[5:],
+            )
             for row in rows
         ]
+
+    def prune(self, now: float | None = None) -> int:
+        """Drop rows older than the retention and the oldest beyond `max_rows`; how many went."""
+        cutoff = (time.time() if now is None else now) - self.retention_days * 86400
+        try:
+            aged = self._db.execute("DELETE FROM calls WHERE time < ?", (cutoff,)).rowcount
+            over = self._db.execute(
+                "DELETE FROM calls WHERE id <= (SELECT id FROM calls ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (self.max_rows,),
+            ).rowcount
+        except sqlite3.Error as exc:
+            log.error("activity log: cannot prune: %s", exc)
+            return 0
+        return aged + over
+
+    async def serve_pruning(self, interval: float = PRUNE_EVERY) -> None:
+        """Keep the log within its retention, now and every `interval` seconds."""
+        while True:
+            if dropped := self.prune():
+                log.info("activity log: pruned %d rows past retention", dropped)
+            await trio.sleep(interval)

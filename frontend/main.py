@@ -110,7 +110,12 @@ async def run(
         catalog=catalog,
         router=router,
         gate=Gate(ToolApprovals(db)),
-        activity=ActivityLog(db),
+        activity=ActivityLog(
+            db,
+            record_arguments=settings.activity_record_arguments,
+            retention_days=settings.activity_retention_days,
+            max_rows=settings.activity_max_rows,
+        ),
         index=ToolIndex(cache_dir=Path(spec.data_dir) if spec.data_dir else None),
         rounds=Rounds(ROUND_TTL),
     )
@@ -140,6 +145,7 @@ async def run(
         async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
             await app.run(stack)
             nursery.start_soon(router.serve)
+            nursery.start_soon(upstreams.activity.serve_pruning)
             nursery.start_soon(serve_events, events, upstreams, clients)
             nursery.start_soon(clients.serve_notifications)
             await nursery.start(upstreams.rounds.serve)

@@ -96,6 +96,8 @@ class Router:
         params: dict[str, Any],
         timeout: float,
         call: ClientCall | None = None,
+        *,
+        activity_id: str = "",
     ) -> bytes:
         """Send one request to a worker and wait for its JSON result; raises WireError.
 
@@ -119,7 +121,9 @@ class Router:
         try:
             frames = [
                 worker.encode(),
-                *codec.calls.encode(Request(id=request_id, method=method, timeout=timeout), _encode(params)),
+                *codec.calls.encode(
+                    Request(id=request_id, method=method, timeout=timeout, activity_id=activity_id), _encode(params)
+                ),
             ]
             try:
                 await self.sock.send_multipart(frames)

@@ -51,6 +51,18 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         SELECT server, 'tool', tool, hash, approved_at FROM tool_approvals;
     DROP TABLE tool_approvals;
     """,
+    # The activity log covers resources/read and prompts/get, and says who asked, where, and how much came back.
+    """
+    ALTER TABLE calls ADD COLUMN request_id TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN kind TEXT NOT NULL DEFAULT 'tool';
+    ALTER TABLE calls ADD COLUMN client TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN endpoint TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN result_bytes INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE calls ADD COLUMN arguments TEXT;
+    ALTER TABLE calls ADD COLUMN result TEXT;
+    CREATE INDEX calls_by_server ON calls (server, time);
+    """,
 )
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from mcpvisor.frontend.activity import ActivityLog, Outcome
+from mcpvisor.frontend.activity import ActivityLog, Outcome, client_name, endpoint_of, new_request_id, with_request_id
 from mcpvisor.frontend.calls import ClientCall
 from mcpvisor.frontend.catalog import Catalog, ServerView, exposed_name, split_name
 from mcpvisor.frontend.gate import Gate, approve_command
@@ -32,6 +32,7 @@ from mcpvisor.wire.errors import INVALID_PARAMS, WireError
 log = logging.getLogger(__name__)
 
 UNAVAILABLE = -32000  # JSON-RPC server error: the server exists but cannot take the call now
+LOGGED_METHODS = frozenset({"resources/read", "prompts/get"})  # besides tools/call
 
 Kind = Literal["tool", "resource", "prompt"]
 
@@ -271,23 +272,27 @@ class Upstreams:
         call: ClientCall | None = None,
         *,
         what: str = "",
+        activity_id: str = "",
     ) -> bytes | dict[str, Any]:
         """Run one request on a server's upstream: the result's JSON bytes; UpstreamError on failure.
 
         With the client's call, the upstream's progress, logs and questions go back to that client.
         A 2026-07-28 client's call that the upstream answers with a question returns the
         `input_required` result (a dict) instead: the client answers and calls again.
+        resources/read and prompts/get are recorded in the activity log here (tools/call in `call_tool`).
         """
+        if method in LOGGED_METHODS and not activity_id:
+            return await self._logged_request(server, method, params, call, what)
         timeout = self.call_timeout(server)
         try:
             if call is not None and call.modern and method in ROUND_METHODS:
                 router = self.router
 
                 async def send(params: dict[str, Any], call: ClientCall) -> bytes:
-                    return await router.request(server, method, params, timeout, call)
+                    return await router.request(server, method, params, timeout, call, activity_id=activity_id)
 
                 return await self.rounds.forward(send, server, method, params, call)
-            return await self.router.request(server, method, params, timeout, call)
+            return await self.router.request(server, method, params, timeout, call, activity_id=activity_id)
         except WireError as exc:
             # Name what was called ("Tool 'github:create_issue': ..."), not only the server.
             raise UpstreamError(exc.jsonrpc_code, f"{what}: {exc.message}" if what else exc.message) from None
@@ -309,11 +314,23 @@ class Upstreams:
         give) when the gate stops the call; UpstreamError when it fails.
         """
         started = time.monotonic()
+        request_id = new_request_id()
 
-        def record(outcome: Outcome) -> None:
+        def record(outcome: Outcome, result: bytes | None = None) -> None:
             duration = time.monotonic() - started
             self.activity.record(
-                server=target.server, tool=target.tool, variant=via, intent=intent, outcome=outcome, duration=duration
+                server=target.server,
+                tool=target.tool,
+                variant=via,
+                intent=intent,
+                outcome=outcome,
+                duration=duration,
+                request_id=request_id,
+                client=client_name(call, params),
+                endpoint=endpoint_of(call, via, target.server),
+                result_bytes=0 if result is None else len(result),
+                arguments=params.get("arguments"),
+                result=result,
             )
             if self.metrics is not None:
                 self.metrics.call_done(target.server, via, outcome, duration)
@@ -331,7 +348,9 @@ class Upstreams:
         try:
             if in_flight is not None:
                 in_flight.inc()
-            result = await self.request(target.server, "tools/call", params, call, what=f"Tool '{target.name}'")
+            result = await self.request(
+                target.server, "tools/call", params, call, what=f"Tool '{target.name}'", activity_id=request_id
+            )
         except UpstreamError:
             record("error")
             raise
@@ -339,7 +358,44 @@ class Upstreams:
             if in_flight is not None:
                 in_flight.dec()
         if isinstance(result, bytes):
-            record("error" if _is_error(result) else "ok")
+            record("error" if _is_error(result) else "ok", result)
+            return with_request_id(result, request_id)
+        return result
+
+    async def _logged_request(
+        self, server: str, method: str, params: dict[str, Any], call: ClientCall | None, what: str
+    ) -> bytes | dict[str, Any]:
+        """`request` for a resources/read or prompts/get, with its activity row and request id."""
+        started = time.monotonic()
+        request_id = new_request_id()
+        kind: Kind = "resource" if method == "resources/read" else "prompt"
+        name = params.get("uri" if kind == "resource" else "name")
+
+        def record(outcome: Outcome, result: bytes | None = None) -> None:
+            self.activity.record(
+                server=server,
+                tool=name if isinstance(name, str) else "",
+                variant=method,
+                intent=None,
+                outcome=outcome,
+                duration=time.monotonic() - started,
+                request_id=request_id,
+                client=client_name(call, params),
+                endpoint=endpoint_of(call, "", server),
+                kind=kind,
+                result_bytes=0 if result is None else len(result),
+                arguments=params.get("arguments") if kind == "prompt" else None,
+                result=result,
+            )
+
+        try:
+            result = await self.request(server, method, params, call, what=what, activity_id=request_id)
+        except UpstreamError:
+            record("error")
+            raise
+        if isinstance(result, bytes):
+            record("ok", result)
+            return with_request_id(result, request_id)
         return result
 
 

@@ -126,6 +126,25 @@ def _follow(conn: Connection, args: list[str], as_json: bool) -> int:
         return 0
 
 
+def _follow_activity(conn: Connection, args: list[str], as_json: bool) -> int:
+    """`activity -f`: print the newest calls, then each new one, until interrupted."""
+    spec = load_all()["activity"]
+    signal.signal(signal.SIGTERM, _interrupt)
+    since: list[str] = []
+    try:
+        while True:
+            reply = conn.call("activity", [*args, *since])
+            if not reply.ok:
+                print(f"ERROR: {reply.error}", file=sys.stderr)
+                return reply.exit_code or 1
+            for row in reply.result["rows"]:
+                print(json.dumps(row) if as_json else spec.render({"rows": [row], "follow": True}), flush=True)
+            since = ["--after", str(reply.result["last"])]
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        return 0
+
+
 def command_help() -> str:
     commands = {name: spec for name, spec in load_all().items() if spec.ctl}
     width = max(len(spec.usage or name) for name, spec in commands.items()) + 2
@@ -179,7 +198,7 @@ def main(argv: list[str], config_path: Path) -> int:
     if "--json" in args:  # `ctl approve NAME --json` means what `ctl --json approve NAME` does
         args = [arg for arg in args if arg != "--json"]
         opts.json = True
-    follow = opts.command == "tail" and "-f" in args
+    follow = opts.command in ("tail", "activity") and "-f" in args
     if follow:
         args.remove("-f")
     try:
@@ -189,7 +208,7 @@ def main(argv: list[str], config_path: Path) -> int:
         return EXIT_UNKNOWN
     try:
         if follow:
-            return _follow(conn, args, opts.json)
+            return (_follow if opts.command == "tail" else _follow_activity)(conn, args, opts.json)
         reply = conn.call(opts.command, args)
     except NoDaemon as exc:
         print(f"ERROR: {exc}", file=sys.stderr)

@@ -100,6 +100,10 @@ class Settings(_Strict):
     # What an MCP client's `upstream_servers` changes become: "propose" keeps them pending until an
     # operator runs `mcpvisor ctl approve NAME`; "off" refuses them.
     client_server_changes: Literal["propose", "off"] = "propose"
+    # The activity log (state.sqlite): calls only, unless arguments and results (redacted) are asked for.
+    activity_record_arguments: bool = False
+    activity_retention_days: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    activity_max_rows: Annotated[int, msgspec.Meta(ge=1)] = 100_000
 
 
 REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -54,6 +54,7 @@ class Request(_Msg, tag="req"):
     id: int
     method: str
     timeout: float
+    activity_id: str = ""  # the activity log's request id, so the worker's lines for the call carry it
 
 
 class Cancel(_Msg, tag="cancel"):

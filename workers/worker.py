@@ -185,6 +185,8 @@ class Worker:
 
     async def _run_request(self, msg: Request, payload: bytes | None, scope: trio.CancelScope) -> None:
         timeout = min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
+        if msg.activity_id:
+            log.debug("request %d (%s) started [request id %s]", msg.id, msg.method, msg.activity_id)
         try:
             with scope:
                 with trio.move_on_after(timeout) as deadline:
@@ -195,11 +197,13 @@ class Worker:
                 if deadline.cancelled_caught:
                     raise WireError(ErrorCode.TIMEOUT, f"no answer from server '{self.spec.id}' within {timeout:g}s")
             if scope.cancelled_caught:
-                log.debug("request %d cancelled by the frontend", msg.id)
+                log.debug("request %d cancelled by the frontend [request id %s]", msg.id, msg.activity_id)
         except WireError as exc:
             await self._fail(msg.id, exc.code, exc.message, exc.mcp_code)
         except Exception:  # one broken request must not take the worker down; the log has the detail
-            log.exception("request %d (%s) failed inside the worker", msg.id, msg.method)
+            log.exception(
+                "request %d (%s) failed inside the worker [request id %s]", msg.id, msg.method, msg.activity_id
+            )
             await self._fail(msg.id, ErrorCode.INTERNAL, f"internal error in the worker for '{self.spec.id}'")
         finally:
             self._inflight.pop(msg.id, None)

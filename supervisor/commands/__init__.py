@@ -240,6 +240,7 @@ def _quote(value: Any) -> str:
 def load_all() -> dict[str, CommandSpec]:
     """Import every command module (each registers itself) and return the registry."""
     from mcpvisor.supervisor.commands import (  # noqa: F401
+        activity,
         approve,
         block,
         disable,

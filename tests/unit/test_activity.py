@@ -1,0 +1,63 @@
+"""The activity log's pieces: the request id in a result's `_meta`, retention, and stored arguments."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from mcpvisor.frontend.activity import META_KEY, ActivityLog, with_request_id
+from mcpvisor.frontend.state_db import open_state_db
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        b'{"content":[{"type":"text","text":"hi"}]}',
+        b"  {}",
+        b'{ "isError": true, "content": [] }',
+        b'{"content":[{"type":"text","text":"{\\"_meta\\": 1}"}]}',  # "_meta" only inside a string
+        b'{"content":[],"_meta":{"other/key":1}}',
+        b'{"content":[],"_meta":null}',
+    ],
+)
+def test_the_request_id_joins_what_the_result_had(result: bytes) -> None:
+    before = msgspec.json.decode(result)
+    after = msgspec.json.decode(with_request_id(result, "r1"))
+    assert after["_meta"][META_KEY] == "r1"
+    assert {k: v for k, v in after.items() if k != "_meta"} == {k: v for k, v in before.items() if k != "_meta"}
+    if isinstance(before.get("_meta"), dict):
+        assert before["_meta"].items() <= after["_meta"].items()
+
+
+def test_what_is_not_an_object_is_left_alone() -> None:
+    assert with_request_id(b"[1]", "r1") == b"[1]"
+    assert with_request_id(b'{"_meta": broken', "r1") == b'{"_meta": broken'
+
+
+def record(log: ActivityLog, tool: str, **extra: object) -> None:
+    log.record(server="s", tool=tool, variant="direct", intent=None, outcome="ok", duration=0.001, **extra)  # type: ignore[arg-type]
+
+
+def test_pruning_keeps_the_newest_rows_within_age_and_count() -> None:
+    db = open_state_db("")
+    log = ActivityLog(db, retention_days=1, max_rows=3)
+    for n in range(5):
+        record(log, f"t{n}")
+    db.execute("UPDATE calls SET time = time - 2 * 86400 WHERE tool = 't4'")  # the newest row, but too old
+    assert log.prune() == 2  # t4 by age, then t0 by count
+    assert [r.tool for r in reversed(log.recent(10))] == ["t1", "t2", "t3"]
+    assert log.prune() == 0
+
+
+def test_arguments_and_results_are_kept_only_when_asked_and_then_redacted() -> None:
+    secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    for keep in (False, True):
+        db = open_state_db("")
+        log = ActivityLog(db, record_arguments=keep)
+        record(log, "t", arguments={"token": secret, "n": msgspec.Raw(b"1")}, result=f'{{"text":"{secret}"}}'.encode())
+        arguments, result = db.execute("SELECT arguments, result FROM calls").fetchone()
+        if not keep:
+            assert (arguments, result) == (None, None)
+        else:
+            assert secret not in arguments and secret not in result
+            assert msgspec.json.decode(arguments)["n"] == 1
