@@ -53,7 +53,12 @@ async def outcome(client: Client, name: str, arguments: dict[str, Any]) -> dict[
         result = await client.call_tool(name, arguments)
     except MCPError as exc:
         return {"error": {"code": exc.error.code, "message": exc.error.message}}
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    # Each call carries its own audit id: present on both paths, equal on neither.
+    meta = dumped.get("_meta") or {}
+    if isinstance(meta.pop("io.mcpvisor/requestId", None), str) and not meta:
+        del dumped["_meta"]
+    return dumped
 
 
 CALLS = [
@@ -149,8 +154,13 @@ def answer(response: httpx2.Response) -> dict[str, Any]:
     """The JSON-RPC message of a response, whether sent as JSON or as one SSE event."""
     if response.headers["content-type"].startswith("text/event-stream"):
         data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-        return json.loads(next(d for d in data if d))
-    return response.json()
+        message = json.loads(next(d for d in data if d))
+    else:
+        message = response.json()
+    meta = message.get("result", {}).get("_meta") or {}
+    if isinstance(meta.pop("io.mcpvisor/requestId", None), str) and not meta:
+        del message["result"]["_meta"]  # each call's own audit id
+    return message
 
 
 async def test_handshake_sessions_on_the_wire(tmp_path: Path) -> None:
