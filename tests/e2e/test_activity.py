@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from mcpvisor.frontend.activity import META_KEY
 from tests.support.stack import Stack, echo_server, open_stack
@@ -108,6 +112,31 @@ async def test_ctl_activity_filters_by_server_and_time(tmp_path: Path) -> None:
         code, error = await stack.actl("activity", "--since", "yesterday")
         assert code == 2, error
         assert "--since takes a duration" in str(error)
+
+        # -f prints the newest rows, then each new call as it is logged.
+        command = [sys.executable, "-P", "-m", "mcpvisor.supervisor", "ctl", "-c", str(stack.config_path)]
+        follower = subprocess.Popen(
+            [*command, "--json", "activity", "-f", "--server", "two", "-n", "1"],
+            stdout=subprocess.PIPE,
+            env=stack.env,
+            text=True,
+        )
+        try:
+            assert follower.stdout is not None
+            first = json.loads(await trio.to_thread.run_sync(follower.stdout.readline))
+            assert (first["server"], first["tool"]) == ("two", "echo")
+            async with stack.client("/mcp/direct") as client:
+                await client.call_tool("echo:echo", {"text": "not followed"})
+                followed = await client.call_tool("two:add", {"a": 1, "b": 2})
+            with trio.fail_after(10):
+                line = json.loads(await trio.to_thread.run_sync(follower.stdout.readline))
+            assert (line["server"], line["tool"]) == ("two", "add")
+            assert line["request_id"] == followed.meta[META_KEY]
+        finally:
+            follower.terminate()
+            code = follower.wait(timeout=10)
+            follower.stdout.close()
+        assert code == 0
 
 
 async def test_arguments_are_stored_redacted_when_asked_and_old_rows_are_pruned(tmp_path: Path) -> None:
