@@ -223,4 +223,3 @@ def reap_orphans() -> int:
             continue
         reaped += bool(done)
     return reaped
-

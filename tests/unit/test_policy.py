@@ -409,9 +409,7 @@ async def test_running_is_earned_by_a_report_not_by_startsecs(
     assert s.described(ProcessState.RUNNING)[0].startswith("pid 1000, uptime ")
 
 
-async def test_a_hung_process_is_killed_and_restarted(
-    autojump_clock: trio.testing.MockClock, tmp_path: Path
-) -> None:
+async def test_a_hung_process_is_killed_and_restarted(autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
     spawner = ScriptedSpawner([(10_000, 0)], ignores=frozenset({signal.SIGTERM}))
 
     async def drive(s: Scenario) -> None:
