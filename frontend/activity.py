@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import time
 import uuid
@@ -30,6 +31,8 @@ Kind = Literal["tool", "resource", "prompt"]
 META_KEY: Final = "io.mcpvisor/requestId"
 PRUNE_EVERY: Final = 60.0  # seconds between retention passes
 STORED_TEXT_LIMIT: Final = 16_384  # characters of arguments or result kept per row when recording is on
+TRACESTATE_LIMIT: Final = 512  # the W3C limit of what a vendor must propagate
+_TRACEPARENT: Final = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 COLUMNS: Final = (
     "id, request_id, time, client, tenant, endpoint, kind, server, tool, variant, intent, outcome, "
@@ -107,6 +110,22 @@ def endpoint_of(call: Any, via: str, server: str) -> str:
     return "/mcp" if via.startswith("call_tool") or via in ("code_execution", "proxy") else ""
 
 
+def trace_context(call: Any, params: Mapping[str, Any]) -> tuple[str, str]:
+    """The request's W3C `traceparent` and `tracestate`: from its `_meta`, else its HTTP headers."""
+    meta = params.get("_meta")
+    found: dict[str, str] = {}
+    if isinstance(meta, Mapping):
+        found = {key: value for key in ("traceparent", "tracestate") if isinstance(value := meta.get(key), str)}
+    if "traceparent" not in found:
+        headers = getattr(getattr(getattr(call, "ctx", None), "request", None), "headers", None)
+        if headers is not None:
+            found = {key: value for key in ("traceparent", "tracestate") if isinstance(value := headers.get(key), str)}
+    parent = found.get("traceparent", "")
+    if not _TRACEPARENT.fullmatch(parent):
+        return "", ""
+    return parent, found.get("tracestate", "")[:TRACESTATE_LIMIT]
+
+
 def _stored(value: Any) -> str | None:
     """Arguments or a result as redacted JSON text (arguments may still be raw JSON bytes here)."""
     try:
@@ -149,14 +168,15 @@ class ActivityLog:
         result_bytes: int = 0,
         arguments: Any = None,
         result: bytes | None = None,
+        trace: tuple[str, str] = ("", ""),
     ) -> None:
         """Log one call (`duration` in seconds); a failing disk is logged, never fails the call."""
         keep = self.record_arguments
         try:
             self._db.execute(
                 "INSERT INTO calls (request_id, time, client, endpoint, kind, server, tool, variant, intent,"
-                " outcome, duration_ms, result_bytes, arguments, result)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " outcome, duration_ms, result_bytes, arguments, result, traceparent, tracestate)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request_id,
                     time.time(),
@@ -172,6 +192,7 @@ class ActivityLog:
                     result_bytes,
                     _stored(arguments) if keep and arguments is not None else None,
                     _stored(result) if keep and result is not None else None,
+                    *trace,
                 ),
             )
         except sqlite3.Error as exc:

@@ -63,6 +63,11 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE calls ADD COLUMN result TEXT;
     CREATE INDEX calls_by_server ON calls (server, time);
     """,
+    # W3C trace context of the client's request, so a row can be found from a trace.
+    """
+    ALTER TABLE calls ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN tracestate TEXT NOT NULL DEFAULT '';
+    """,
 )
 
 

@@ -17,7 +17,15 @@ from typing import Any, Literal
 
 import msgspec
 
-from mcpvisor.frontend.activity import ActivityLog, Outcome, client_name, endpoint_of, new_request_id, with_request_id
+from mcpvisor.frontend.activity import (
+    ActivityLog,
+    Outcome,
+    client_name,
+    endpoint_of,
+    new_request_id,
+    trace_context,
+    with_request_id,
+)
 from mcpvisor.frontend.calls import ClientCall
 from mcpvisor.frontend.catalog import Catalog, ServerView, exposed_name, split_name
 from mcpvisor.frontend.gate import Gate, approve_command
@@ -331,6 +339,7 @@ class Upstreams:
                 result_bytes=0 if result is None else len(result),
                 arguments=params.get("arguments"),
                 result=result,
+                trace=trace_context(call, params),
             )
             if self.metrics is not None:
                 self.metrics.call_done(target.server, via, outcome, duration)
@@ -386,6 +395,7 @@ class Upstreams:
                 result_bytes=0 if result is None else len(result),
                 arguments=params.get("arguments") if kind == "prompt" else None,
                 result=result,
+                trace=trace_context(call, params),
             )
 
         try:

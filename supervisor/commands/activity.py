@@ -41,6 +41,8 @@ _COLUMNS: Final = (
     "result_bytes",
     "arguments",
     "result",
+    "traceparent",
+    "tracestate",
 )
 
 

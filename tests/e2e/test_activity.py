@@ -16,6 +16,7 @@ from mcpvisor.frontend.activity import META_KEY
 from tests.support.stack import Stack, echo_server, open_stack
 
 READ = {"operation_type": "read"}
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def rows(stack: Stack) -> list[dict[str, Any]]:
@@ -41,6 +42,8 @@ async def test_every_call_read_and_prompt_gets_a_row_whose_id_the_client_was_giv
         given: dict[str, str] = {}
         async with stack.client("/mcp/direct", mode=mode) as client:
             given["direct ok"] = request_id(await client.call_tool("echo:echo", {"text": "secret-ish"}))
+            trace = {"traceparent": TRACEPARENT, "tracestate": "vendor=1"}
+            given["traced"] = request_id(await client.call_tool("echo:echo", {"text": "t"}, meta=trace))
             failed = await client.call_tool("echo:fail", {"message": "no"})
             assert failed.is_error
             given["direct error"] = request_id(failed)
@@ -67,6 +70,9 @@ async def test_every_call_read_and_prompt_gets_a_row_whose_id_the_client_was_giv
         assert ok["result_bytes"] > len("secret-ish") and ok["duration_ms"] >= 0 and ok["time"] > 0
         assert ok["arguments"] is None and ok["result"] is None  # not stored unless the operator asks
         assert logged[given["direct error"]]["outcome"] == "error"
+        traced = logged[given["traced"]]
+        assert (traced["traceparent"], traced["tracestate"]) == (TRACEPARENT, "vendor=1")
+        assert ok["traceparent"] == ""
         read = logged[given["read"]]
         assert (read["kind"], read["server"], read["tool"], read["outcome"]) == (
             "resource",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from mcpvisor.frontend.activity import META_KEY, ActivityLog, with_request_id
+from mcpvisor.frontend.activity import META_KEY, ActivityLog, trace_context, with_request_id
 from mcpvisor.frontend.state_db import open_state_db
 
 
@@ -61,3 +61,22 @@ def test_arguments_and_results_are_kept_only_when_asked_and_then_redacted() -> N
         else:
             assert secret not in arguments and secret not in result
             assert msgspec.json.decode(arguments)["n"] == 1
+
+
+def test_trace_context_comes_from_meta_else_headers_and_junk_is_dropped() -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    class Request:
+        headers = {"traceparent": parent, "tracestate": "h=1"}
+
+    class Ctx:
+        request = Request()
+
+    class Call:
+        ctx = Ctx()
+
+    assert trace_context(None, {"_meta": {"traceparent": parent, "tracestate": "m=1"}}) == (parent, "m=1")
+    assert trace_context(Call(), {"_meta": {}}) == (parent, "h=1")
+    assert trace_context(None, {"_meta": {"traceparent": "not-a-trace\nforged"}}) == ("", "")
+    assert trace_context(None, {"_meta": {"traceparent": parent + "\n"}}) == ("", "")
+    assert trace_context(None, {}) == ("", "")
