@@ -44,6 +44,7 @@ CACHE_HINTS = {
     method: _NO_CACHE
     for method in ("tools/list", "resources/list", "resources/templates/list", "prompts/list", "resources/read")
 }
+TASKS = "io.modelcontextprotocol/tasks"
 # mcpvisor tells clients when these lists change (the upstream's notices, and its restarts and pins).
 _LISTS = ("tools", "resources", "prompts")
 
@@ -102,6 +103,11 @@ class UpstreamServer(AnnouncingServer):
         for key in _LISTS:
             if isinstance(capabilities.get(key), dict):
                 capabilities[key] = {**capabilities[key], "listChanged": True}
+        # Task handles would have to be routed back to the upstream that made them; nothing
+        # carries tasks yet, so they are not offered rather than offered and refused.
+        capabilities.pop("tasks", None)
+        if isinstance(extensions_of := capabilities.get("extensions"), dict):
+            capabilities["extensions"] = {key: value for key, value in extensions_of.items() if key != TASKS}
         if protocol_version in MODERN_PROTOCOL_VERSIONS:
             # Logging is per request in 2026-07-28; the capability belongs to the handshake era.
             capabilities.pop("logging", None)
