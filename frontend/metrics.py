@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from mcpvisor.frontend.catalog import Catalog
@@ -141,16 +141,22 @@ class _StateCollector:
         states = GaugeMetricFamily(
             "mcpvisor_process_state", "1 for the supervised process's current state", labels=["process", "state"]
         )
+        restarts = CounterMetricFamily(
+            "mcpvisor_process_restarts", "Starts of a supervised process after its first", labels=["process"]
+        )
         for row in self.metrics._rows:
             name, state = str(row.get("name", "")), str(row.get("state", ""))
             if not name:
                 continue
             for known in PROCESS_STATES:
                 states.add_metric([name, known], 1.0 if state == known else 0.0)
+            if isinstance(count := row.get("restarts"), int):
+                restarts.add_metric([name], float(count))
             pid = row.get("pid")
             if isinstance(pid, int) and pid > 0:
                 pids[name if name == "frontend" or ":" in name else f"worker:{name}"] = pid
         yield states
+        yield restarts
 
         memory = GaugeMetricFamily(
             "mcpvisor_process_resident_memory_bytes", "Resident memory of each mcpvisor process", labels=["process"]

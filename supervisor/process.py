@@ -94,6 +94,7 @@ class Program:
         self.stopped_at = 0.0
         self.exit_code: int | None = None
         self.retries = 0
+        self.spawns = 0  # every start, by policy or by an operator; the first is not a restart
         self.spawn_error = ""
         self.want_running = False
         self.needs_report = needs_report  # RUNNING only once the process says it is up
@@ -227,6 +228,7 @@ class Program:
             await self._after_early_exit()
             return
         self.started_at = time.monotonic()
+        self.spawns += 1
         self._on_state(self)  # the pid is known now
         outcome = await self._watch(up_at=trio.current_time() + self.policy.startsecs)
         if outcome == "up":

@@ -399,6 +399,7 @@ class Supervisor:
             "description": program.description(),
             "pid": program.pid,
             "uptime": round(time.monotonic() - program.started_at, 1) if program.pid else 0,
+            "restarts": max(program.spawns - 1, 0),
         }
         if program.name.startswith(WORKER_PREFIX):
             row["upstream"] = str(report.upstream_state) if report and report.upstream_state else ""

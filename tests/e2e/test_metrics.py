@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.stack import Stack, echo_server, open_stack
@@ -90,3 +93,15 @@ async def test_metrics_count_the_calls_a_client_made_per_server_and_path(tmp_pat
         again = await scrape(stack)
         assert value(again, requests, "mcpvisor_http_requests_total", endpoint="other", status="404") == 1
         assert value(again, requests, "mcpvisor_http_requests_total", endpoint="/metrics", status="200") >= 1
+
+        # A worker killed and started again by the supervisor counts one restart; the others none.
+        before = await trio.to_thread.run_sync(stack.status)
+        assert value(again, "mcpvisor_process_restarts", "mcpvisor_process_restarts_total", process="echo") == 0
+        os.kill(before["echo"]["pid"], signal.SIGKILL)
+        await stack.wait_status(
+            lambda rows: rows["echo"]["state"] == "RUNNING" and rows["echo"]["pid"] != before["echo"]["pid"]
+        )
+        await stack.wait_ready(["echo"])
+        after = await scrape(stack)
+        assert value(after, "mcpvisor_process_restarts", "mcpvisor_process_restarts_total", process="echo") == 1
+        assert value(after, "mcpvisor_process_restarts", "mcpvisor_process_restarts_total", process="frontend") == 0
