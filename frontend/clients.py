@@ -14,7 +14,7 @@ from typing import Any, get_args
 import msgspec
 import trio
 from mcp.server.connection import Connection
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated, ToolsListChanged
 from mcp_types import LoggingLevel
@@ -60,10 +60,22 @@ class Clients:
         self._changed = trio.Event()
 
     def remember(self, ctx: Any) -> None:
-        """Track a client's connection (from a request context) to announce catalog changes to it."""
+        """Track a client's connection (from a request context) to announce catalog changes to it.
+
+        Its standalone stream may open later: a notice to a connection without one is dropped.
+        """
         connection = connection_of(ctx)
-        if connection is not None and connection.has_standalone_channel:
+        if connection is not None:
             self._connections.add(connection)
+
+    async def remembering(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Server middleware: every connection the SDK serves a request of hears of changes.
+
+        Requests answered on a short path never reach the SDK's handlers, so the connection is
+        noted here, on whatever request of it the SDK does serve (`initialize` at least).
+        """
+        self.remember(ctx)
+        return await call_next(ctx)
 
     # -- logging (handshake era: per connection) -------------------------------------------------
 

@@ -141,7 +141,7 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
             on_get_prompt=get_prompt,
         )
     sessions = Sessions()
-    server.middleware.append(sessions)
+    server.middleware += [sessions, clients.remembering]
     server.shortcuts = Shortcuts(listings, sessions)  # type: ignore[attr-defined]
     return server
 
