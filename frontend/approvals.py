@@ -67,6 +67,7 @@ class ToolApprovals:
         self._db = db
         self._pins: dict[tuple[str, Kind], dict[str, str]] = {}
         self.version = 0  # bumps on every change of the pins: cached listings are rebuilt
+        self._drifts: dict[tuple[str, Kind], tuple[object, int, Drift]] = {}
         for server, kind, name, digest in db.execute("SELECT server, kind, name, hash FROM pins"):
             self._pins.setdefault((server, kind), {})[name] = digest
 
@@ -95,7 +96,22 @@ class ToolApprovals:
         return dict(hashes) if hashes is not None else None
 
     def drift(self, server: str, items: Iterable[Mapping[str, Any]], kind: Kind = "tool") -> Drift:
-        """How `items` differ from the approved definitions (nothing, when there was no approval)."""
+        """How `items` differ from the approved definitions (nothing, when there was no approval).
+
+        Every listing, search and call asks this; hashing a large server's definitions each time
+        would cost more than the call. The catalog replaces a server's list whenever it changes,
+        so the answer for the same list object and the same pins is remembered.
+        """
+        key = (server, kind)
+        cached = self._drifts.get(key)
+        if cached is not None and cached[0] is items and cached[1] == self.version:
+            return cached[2]
+        drift = self._compare(server, items, kind)
+        if isinstance(items, list):
+            self._drifts[key] = (items, self.version, drift)
+        return drift
+
+    def _compare(self, server: str, items: Iterable[Mapping[str, Any]], kind: Kind) -> Drift:
         approved = self._pins.get((server, kind))
         if approved is None:
             return Drift()

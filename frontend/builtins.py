@@ -78,7 +78,7 @@ class Builtins:
         proxy_backend = UpstreamsProxyBackend(upstreams)
 
         async def retrieve(arguments: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
-            return retrieve_tools(upstreams, arguments)
+            return await retrieve_tools(upstreams, arguments)
 
         async def page(arguments: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
             return read_cache(cache, arguments, page_size=settings.tool_response_limit)

@@ -81,6 +81,8 @@ async def run(
     calls_raw = ctx.socket(zmq.ROUTER)
     calls_raw.setsockopt(zmq.SNDHWM, 10000)
     calls_raw.setsockopt(zmq.RCVHWM, 10000)
+    # A worker respawned within moments takes its name over from its dead predecessor's connection.
+    calls_raw.setsockopt(zmq.ROUTER_HANDOVER, 1)
     calls_raw.bind(spec.calls_endpoint)
     events_raw = ctx.socket(zmq.SUB)
     events_raw.setsockopt(zmq.SUBSCRIBE, b"process.")
@@ -149,6 +151,7 @@ async def run(
             nursery.start_soon(serve_events, events, upstreams, clients)
             nursery.start_soon(clients.serve_notifications)
             await nursery.start(upstreams.rounds.serve)
+            await nursery.start(upstreams.serve_index)
             await nursery.start(app.servers.serve)
             nursery.start_soon(control_client.serve)
             binds = await nursery.start(hypercorn_serve, app, config)

@@ -59,14 +59,14 @@ def retrieve_tool(default_limit: int) -> dict[str, Any]:
     }
 
 
-def retrieve_tools(upstreams: Upstreams, arguments: Mapping[str, Any]) -> dict[str, Any]:
+async def retrieve_tools(upstreams: Upstreams, arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Run the search over the tools a client may call (hidden servers and changed tools left out)."""
     check_parameters(arguments, ("query", "limit"), what=RETRIEVE_TOOL_NAME)
     query = get_string(arguments, "query", required=True)
     assert query is not None
     limit = get_integer(arguments, "limit", default=upstreams.settings.tools_limit, minimum=1, maximum=MAX_LIMIT)
     tools = []
-    for hit, definition in upstreams.search(query, limit):
+    for hit, definition in await upstreams.search(query, limit):
         entry: dict[str, Any] = {
             "name": f"{hit.server}:{hit.tool}",
             "server": hit.server,

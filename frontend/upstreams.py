@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
+import trio
 
 from mcpvisor.frontend.activity import (
     ActivityLog,
@@ -38,6 +39,9 @@ from mcpvisor.wire.config import ServerConfig, Settings
 from mcpvisor.wire.errors import INVALID_PARAMS, WireError
 
 log = logging.getLogger(__name__)
+
+# How long a search waits for the index to take in the latest catalog changes.
+INDEX_WAIT = 10.0
 
 UNAVAILABLE = -32000  # JSON-RPC server error: the server exists but cannot take the call now
 LOGGED_METHODS = frozenset({"resources/read", "prompts/get"})  # besides tools/call
@@ -117,6 +121,9 @@ class Upstreams:
         self.activity = activity
         self.index = index
         self.rounds = rounds
+        self._unindexed: set[str] = set()  # servers whose catalog changed since the index last took it in
+        self._wake_indexer = trio.Event()
+        self._indexed = trio.Event()
         self.metrics: Metrics | None = None  # set by the frontend when it serves /metrics
         self._config_version = 0
 
@@ -189,8 +196,15 @@ class Upstreams:
     def templates(self) -> list[dict[str, Any]]:
         return [template for view in self.visible() for template in view.templates]
 
-    def search(self, query: str, limit: int) -> list[tuple[SearchHit, dict[str, Any]]]:
-        """The best `limit` visible tools for `query`, with their definitions."""
+    async def search(self, query: str, limit: int) -> list[tuple[SearchHit, dict[str, Any]]]:
+        """The best `limit` visible tools for `query`, with their definitions.
+
+        Waits (briefly) for the index to take in the latest catalog changes, so a server that is
+        ready is also found.
+        """
+        with trio.move_on_after(INDEX_WAIT):
+            while self._unindexed:
+                await self._indexed.wait()
         views = {view.id: view for view in self.visible()}
         withheld = {(server, tool) for server, view in views.items() for tool in self.gate.withheld(server, view.tools)}
         found = []
@@ -206,15 +220,37 @@ class Upstreams:
         return found
 
     def reindex(self, server: str | None = None) -> None:
-        """Bring the search index up to date with the catalog (one server's tools, or all)."""
-        for name in [server] if server is not None else list(self.catalog.servers):
+        """Take in a catalog change (one server's, or all): pin what is first seen, queue the index update."""
+        names = [server] if server is not None else list({*self.catalog.servers, *self.index.servers()})
+        for name in names:
             view = self.catalog.servers.get(name)
-            if view is not None and view.ready:
-                if self.shown(name):
-                    self.gate.sighted(view)
-                self.index.set_server_tools(name, view.tools)
-            else:
-                self.index.remove_server(name)
+            if view is not None and view.ready and self.shown(name):
+                self.gate.sighted(view)
+            self._unindexed.add(name)
+        self._wake_indexer.set()
+
+    async def serve_index(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the search index up to date, embedding new definitions off the event loop.
+
+        Embedding a large upstream's tools takes a fraction of a second of CPU: done on the loop it
+        would stall every client's call, and a frontend that stalls long enough is killed as hung.
+        """
+        task_status.started()
+        while True:
+            await self._wake_indexer.wait()
+            self._wake_indexer = trio.Event()
+            while self._unindexed:
+                name = min(self._unindexed)
+                self._unindexed.discard(name)
+                view = self.catalog.servers.get(name)
+                if view is not None and view.ready:
+                    prepared = await trio.to_thread.run_sync(self.index.prepare, name, list(view.tools))
+                    if name not in self._unindexed:  # else a newer change of it is queued: take that one
+                        self.index.apply(prepared)
+                else:
+                    self.index.remove_server(name)
+            self._indexed.set()
+            self._indexed = trio.Event()
 
     # -- lookup ----------------------------------------------------------------------------------
 
