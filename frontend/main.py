@@ -15,24 +15,24 @@ import zmq
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
-from mcpvisor.frontend.activity import ActivityLog
-from mcpvisor.frontend.app import FrontendApp
-from mcpvisor.frontend.approvals import ToolApprovals
-from mcpvisor.frontend.builtins import Builtins
-from mcpvisor.frontend.catalog import Catalog
-from mcpvisor.frontend.clients import Clients
-from mcpvisor.frontend.control import ControlClient
-from mcpvisor.frontend.direct import build_direct_server
-from mcpvisor.frontend.gate import Gate
-from mcpvisor.frontend.metrics import Metrics
-from mcpvisor.frontend.operator import Operator
-from mcpvisor.frontend.response_cache import ResponseCache
-from mcpvisor.frontend.rounds import ROUND_TTL, Rounds
-from mcpvisor.frontend.router import Router
-from mcpvisor.frontend.search import ToolIndex
-from mcpvisor.frontend.search_first import build_search_server
-from mcpvisor.frontend.state_db import open_state_db
-from mcpvisor.frontend.upstreams import Upstreams
+from mcpvisor.frontend.door.catalog import Catalog
+from mcpvisor.frontend.door.control import ControlClient
+from mcpvisor.frontend.door.gatekeeper import Gate
+from mcpvisor.frontend.door.metrics import Metrics
+from mcpvisor.frontend.door.rounds import ROUND_TTL, Rounds
+from mcpvisor.frontend.door.router import Router
+from mcpvisor.frontend.door.search import ToolIndex
+from mcpvisor.frontend.door.upstreams import Upstreams
+from mcpvisor.frontend.endpoints.app import FrontendApp
+from mcpvisor.frontend.endpoints.clients import Clients
+from mcpvisor.frontend.endpoints.direct import build_direct_server
+from mcpvisor.frontend.endpoints.operator import Operator
+from mcpvisor.frontend.endpoints.search_first import build_search_server
+from mcpvisor.frontend.gate.activity import ActivityLog
+from mcpvisor.frontend.gate.approvals import ToolApprovals
+from mcpvisor.frontend.gate.state_db import open_state_db
+from mcpvisor.frontend.tools.builtins import Builtins
+from mcpvisor.frontend.tools.response_cache import ResponseCache
 from mcpvisor.wire import codec, frontend_spec, lifetime, logs
 from mcpvisor.wire.config import parse_listen
 from mcpvisor.wire.inbox import serve_messages

@@ -19,7 +19,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from mcpvisor.frontend.code_execution import Limits, SandboxPool, SandboxProcess, execute_code
+from mcpvisor.frontend.tools.code_execution import Limits, SandboxPool, SandboxProcess, execute_code
 
 
 def memory_mb(pid: int) -> tuple[float, float | None]:

@@ -4,7 +4,7 @@ Usage: python tests/bench/bench_search.py [--datasets DIR] [--tools N]
 
 - Search: the 527 LiveMCPTool tools copied under renamed servers up to N tools (default 10,000),
   every evaluation query of both sets (LiveMCPTool and mcpproxy-eval) searched with limit 5 and
-  turned into the `retrieve_tools` answer (the result shape of frontend/retrieval.py, encoded as
+  turned into the `retrieve_tools` answer (the result shape of frontend/tools/retrieval.py, encoded as
   the frontend encodes it): p50, p90 and max per call, hybrid and BM25 alone. In-process: the HTTP
   and MCP layers around it are not part of this figure.
 - Embedding: a new server of 500 tools not seen before, added to the full index (median of 5).
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcpvisor.frontend.search import SearchHit, ToolIndex
+from mcpvisor.frontend.door.search import SearchHit, ToolIndex
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASETS = REPO.parent / "shared" / "datasets"
@@ -46,9 +46,9 @@ def pss():
     with open("/proc/self/smaps_rollup") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
 # What the frontend has loaded anyway before the index exists.
-import trio, msgspec, mcp.server.lowlevel, mcpvisor.frontend.search
+import trio, msgspec, mcp.server.lowlevel, mcpvisor.frontend.door.search
 before = (status("VmRSS:"), pss())
-from mcpvisor.frontend.semantic import load_embedder
+from mcpvisor.frontend.door.semantic import load_embedder
 embedder = load_embedder()
 embedder.embed(["warm up the tokenizer and the table"])
 after = (status("VmRSS:"), pss())
@@ -87,7 +87,7 @@ def catalog(tools: Sequence[dict[str, Any]], size: int) -> dict[str, list[dict[s
 
 
 def answer_text(query: str, hits: Sequence[SearchHit], definitions: dict[tuple[str, str], dict[str, Any]]) -> str:
-    """The `retrieve_tools` result text, built as frontend/retrieval.py builds it."""
+    """The `retrieve_tools` result text, built as frontend/tools/retrieval.py builds it."""
     tools = []
     for hit in hits:
         definition = definitions[(hit.server, hit.tool)]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcpvisor.frontend.security import ToolReport, analyze_tool
+from mcpvisor.frontend.gate.security import ToolReport, analyze_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASETS = REPO.parent / "shared" / "datasets" / "mcpproxy-eval"

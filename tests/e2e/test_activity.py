@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from mcpvisor.frontend.activity import META_KEY
+from mcpvisor.frontend.gate.activity import META_KEY
 from tests.support.stack import Stack, echo_server, open_stack
 
 READ = {"operation_type": "read"}

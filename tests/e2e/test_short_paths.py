@@ -1,8 +1,8 @@
 """The short paths of /mcp/direct answer exactly as the SDK's server does, in both eras.
 
 A client that declares roots can be asked things mid-call, so the SDK's server serves all of its
-requests; a client that declares nothing takes the short paths (frontend/session_path.py and
-frontend/fastpath.py). Both are the SDK's own `Client` on the same mcpvisor, and must get the same
+requests; a client that declares nothing takes the short paths (frontend/endpoints/session_path.py and
+frontend/endpoints/fastpath.py). Both are the SDK's own `Client` on the same mcpvisor, and must get the same
 tools, pages, results and errors. Raw HTTP checks what a client library would paper over: which
 path answered, and that a bad or ended session gets the SDK's own answer.
 """

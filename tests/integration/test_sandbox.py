@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from mcpvisor.frontend.code_execution import (
+from mcpvisor.frontend.tools.code_execution import (
     Limits,
     Outcome,
     SandboxPool,

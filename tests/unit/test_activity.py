@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from mcpvisor.frontend.activity import META_KEY, ActivityLog, trace_context, with_request_id
-from mcpvisor.frontend.state_db import open_state_db
+from mcpvisor.frontend.gate.activity import META_KEY, ActivityLog, trace_context, with_request_id
+from mcpvisor.frontend.gate.state_db import open_state_db
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from mcp.shared.uri_template import UriTemplate
 
-from mcpvisor.frontend.catalog import MAX_TOOL_NAME, Catalog, exposed_name, split_name
+from mcpvisor.frontend.door.catalog import MAX_TOOL_NAME, Catalog, exposed_name, split_name
 from mcpvisor.wire.states import UpstreamState
 
 LLM_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -238,7 +238,7 @@ def test_a_long_tool_name_resolves_by_its_shortened_name() -> None:
 def test_when_two_servers_expose_the_same_name_the_first_in_order_keeps_it(caplog: pytest.LogCaptureFixture) -> None:
     catalog = Catalog(name_style="underscore")
     snapshot(catalog, "a__b", catalog_bytes(["c"]))
-    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.catalog"):
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.door.catalog"):
         snapshot(catalog, "a", catalog_bytes(["b__c"]))
 
     assert catalog.resolve_tool("a__b__c") == ("a", "b__c")
@@ -337,7 +337,7 @@ def test_an_undecodable_catalog_is_logged_and_treated_as_empty(data: bytes, capl
     catalog = Catalog()
     snapshot(catalog, "time", catalog_bytes(["now"]))
 
-    with caplog.at_level(logging.ERROR, logger="mcpvisor.frontend.catalog"):
+    with caplog.at_level(logging.ERROR, logger="mcpvisor.frontend.door.catalog"):
         changed = snapshot(catalog, "time", data, seq=2)
 
     assert changed is True

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.frontend.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
-from mcpvisor.frontend.peer import PeerUnknown, peer_uid
-from mcpvisor.frontend.state_db import open_state_db
+from mcpvisor.frontend.endpoints.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
+from mcpvisor.frontend.endpoints.peer import PeerUnknown, peer_uid
+from mcpvisor.frontend.gate.state_db import open_state_db
 from mcpvisor.supervisor import configstore
 from mcpvisor.wire import logs
 from mcpvisor.wire.config import Settings
@@ -199,7 +199,9 @@ def _mode(path: Path) -> int:
 def test_the_state_store_and_its_wal_files_are_private(tmp_path: Path) -> None:
     db = open_state_db(str(tmp_path / "data"))
     try:
-        db.execute("INSERT INTO calls (id, time, server, tool, variant, outcome, duration_ms) VALUES (1, 0, 's', 't', 'read', 'ok', 1.0)")
+        db.execute(
+            "INSERT INTO calls (id, time, server, tool, variant, outcome, duration_ms) VALUES (1, 0, 's', 't', 'read', 'ok', 1.0)"
+        )
         assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
         for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm"):
             assert stat.S_IMODE((tmp_path / "data" / name).stat().st_mode) == 0o600, name

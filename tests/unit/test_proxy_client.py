@@ -20,7 +20,7 @@ from mcpvisor.client import (
     tool_result_as_prompt_result,
     tool_result_as_resource_result,
 )
-from mcpvisor.frontend.proxy_tool import run_proxy
+from mcpvisor.frontend.tools.proxy_tool import run_proxy
 from mcpvisor.frontend.unsieved import KeepUnsieved, keep
 from mcpvisor.wire.proxy import PROXY_TOOL, PROXY_TOOL_NAME, ProxyError
 

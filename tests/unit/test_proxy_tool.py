@@ -10,7 +10,7 @@ import pytest
 from mcp_types import methods
 from pydantic import TypeAdapter
 
-from mcpvisor.frontend.proxy_tool import objectify_resource, run_proxy
+from mcpvisor.frontend.tools.proxy_tool import objectify_resource, run_proxy
 from mcpvisor.wire.proxy import PROXY_TOOL, ProxyError, parse_proxy_arguments
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from mcpvisor.frontend.registries import (
+from mcpvisor.frontend.tools.registries import (
     BUILTIN_ID,
     MAX_RESPONSE_BYTES,
     RegistryError,

@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from mcpvisor.frontend.response_cache import (
+from mcpvisor.frontend.tool_args import ToolInputError
+from mcpvisor.frontend.tools.response_cache import (
     TRUNCATION_META,
     CacheMiss,
     ResponseCache,
     cut_result,
     read_cache,
 )
-from mcpvisor.frontend.tool_args import ToolInputError
 
 
 class Clock:

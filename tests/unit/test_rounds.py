@@ -8,8 +8,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from mcpvisor.frontend.calls import AskFailed
-from mcpvisor.frontend.rounds import Rounds
+from mcpvisor.frontend.door.calls import AskFailed
+from mcpvisor.frontend.door.rounds import Rounds
 from mcpvisor.wire.errors import ErrorCode, WireError
 
 

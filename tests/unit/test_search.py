@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from mcpvisor.frontend import search as search_module
-from mcpvisor.frontend.search import (
+from mcpvisor.frontend.door import search as search_module
+from mcpvisor.frontend.door.search import (
     K1,
     NAME_WEIGHT,
     SEMANTIC_WEIGHT,
@@ -30,7 +30,7 @@ from mcpvisor.frontend.search import (
     stem,
     tokenize,
 )
-from mcpvisor.frontend.semantic import (
+from mcpvisor.frontend.door.semantic import (
     CACHE_FILE_NAME,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
@@ -649,7 +649,7 @@ def lexical_results(query: str) -> list[SearchHit]:
 
 
 def test_a_missing_model_leaves_bm25_alone_and_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.search"):
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.door.search"):
         index = ToolIndex(model_dir=tmp_path)
     for server, tools in CATALOG.items():
         index.set_server_tools(server, tools)
@@ -735,7 +735,7 @@ def test_a_corrupt_cache_file_is_ignored_and_replaced(tmp_path: Path, caplog: py
     cache = tmp_path / CACHE_FILE_NAME
     cache.write_bytes(b"PK\x03\x04 this is not a zip archive")
 
-    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.semantic"):
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.door.semantic"):
         index = hybrid_index({"weather": WEATHER}, cache_dir=tmp_path)
 
     assert index.embedded_tools == 1
@@ -747,7 +747,7 @@ def test_an_unwritable_cache_dir_does_not_break_search(tmp_path: Path, caplog: p
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
 
-    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.search"):
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.door.search"):
         index = hybrid_index({"weather": WEATHER}, cache_dir=blocked)
 
     assert ids(index.search("umbrella tomorrow", 1)) == ["weather:get_forecast"]

@@ -7,7 +7,7 @@ import base64
 import msgspec
 import pytest
 
-from mcpvisor.frontend.security import (
+from mcpvisor.frontend.gate.security import (
     Finding,
     ToolReport,
     analyze_server,
@@ -15,7 +15,7 @@ from mcpvisor.frontend.security import (
     render_report,
     tool_hash,
 )
-from mcpvisor.frontend.security_text import EVIDENCE_LIMIT, redact_secrets
+from mcpvisor.frontend.gate.security_text import EVIDENCE_LIMIT, redact_secrets
 
 WEATHER = {
     "name": "get_forecast",

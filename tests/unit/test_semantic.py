@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from mcpvisor.frontend import semantic
-from mcpvisor.frontend.semantic import (
+from mcpvisor.frontend.door import semantic
+from mcpvisor.frontend.door.semantic import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     Embedder,
@@ -218,7 +218,7 @@ def test_an_unreadable_cache_file_gives_nothing_and_a_warning(
     path = tmp_path / "vectors.npz"
     path.write_bytes(content)
 
-    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.semantic"):
+    with caplog.at_level(logging.WARNING, logger="mcpvisor.frontend.door.semantic"):
         assert VectorCache(path, "fp", 8).load() == {}
 
     assert any("ignoring the tool vector cache" in record.getMessage() for record in caplog.records)

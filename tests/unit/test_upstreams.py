@@ -17,15 +17,15 @@ import pytest
 import trio
 import zmq
 
-from mcpvisor.frontend.activity import ActivityLog, with_request_id
-from mcpvisor.frontend.approvals import ToolApprovals
-from mcpvisor.frontend.catalog import Catalog
-from mcpvisor.frontend.gate import Gate
-from mcpvisor.frontend.rounds import ROUND_TTL, Rounds
-from mcpvisor.frontend.router import Router
-from mcpvisor.frontend.search import ToolIndex
-from mcpvisor.frontend.state_db import open_state_db
-from mcpvisor.frontend.upstreams import NotFound, Refused, UpstreamError, Upstreams
+from mcpvisor.frontend.door.catalog import Catalog
+from mcpvisor.frontend.door.gatekeeper import Gate
+from mcpvisor.frontend.door.rounds import ROUND_TTL, Rounds
+from mcpvisor.frontend.door.router import Router
+from mcpvisor.frontend.door.search import ToolIndex
+from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, Upstreams
+from mcpvisor.frontend.gate.activity import ActivityLog, with_request_id
+from mcpvisor.frontend.gate.approvals import ToolApprovals
+from mcpvisor.frontend.gate.state_db import open_state_db
 from mcpvisor.wire import codec
 from mcpvisor.wire.config import ServerConfig, Settings
 from mcpvisor.wire.errors import ErrorCode

@@ -1,0 +1,1 @@
+"""The door to the upstreams: the catalog, routing, visibility, lookup, the gate's checks and the call."""

@@ -1,0 +1,460 @@
+"""The one door to the upstreams: what a client may see and call, and the call itself.
+
+Every endpoint and built-in tool reaches an upstream through `Upstreams`: it owns the server table,
+the catalog, the router, which servers and tools a client may see (enabled, not quarantined,
+definitions as approved), one lookup for tools, prompts and resources with one set of error
+messages, the gate a call must pass, the audit record of each call, and call timeouts. A call
+returns the upstream's result as the bytes the worker sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+import trio
+
+from mcpvisor.frontend.door.calls import ClientCall
+from mcpvisor.frontend.door.catalog import Catalog, ServerView, exposed_name, split_name
+from mcpvisor.frontend.door.gatekeeper import Gate, approve_command
+from mcpvisor.frontend.door.metrics import Metrics
+from mcpvisor.frontend.door.rounds import ROUND_METHODS, Rounds
+from mcpvisor.frontend.door.router import Router
+from mcpvisor.frontend.door.search import SearchHit, ToolIndex
+from mcpvisor.frontend.gate.activity import (
+    ActivityLog,
+    Outcome,
+    client_name,
+    endpoint_of,
+    new_request_id,
+    trace_context,
+    with_request_id,
+)
+from mcpvisor.frontend.tool_args import error_result
+from mcpvisor.wire.config import ServerConfig, Settings
+from mcpvisor.wire.errors import INVALID_PARAMS, WireError
+
+log = logging.getLogger(__name__)
+
+# How long a search waits for the index to take in the latest catalog changes.
+INDEX_WAIT = 10.0
+
+UNAVAILABLE = -32000  # JSON-RPC server error: the server exists but cannot take the call now
+LOGGED_METHODS = frozenset({"resources/read", "prompts/get"})  # besides tools/call
+
+Kind = Literal["tool", "resource", "prompt"]
+
+
+class NotFound(Exception):
+    """A name or URI a client may not reach; the message says what is wrong and is safe to show."""
+
+    def __init__(self, kind: Kind, name: str, reason: str, *, code: int = INVALID_PARAMS, unknown: bool = True) -> None:
+        self.kind = kind
+        self.name = name
+        self.reason = reason
+        self.code = code
+        self.message = f"Unknown {kind} '{name}': {reason}" if unknown else f"{kind.title()} '{name}' {reason}"
+        super().__init__(self.message)
+
+
+class UpstreamError(Exception):
+    """The call reached the worker and failed there (timeout, upstream gone, busy, an MCP error)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ToolTarget:
+    """One upstream tool, found by the name a client used."""
+
+    server: str
+    tool: str
+    definition: dict[str, Any]
+    quarantined: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.server}:{self.tool}"
+
+    @property
+    def destructive(self) -> bool:
+        """The server marks the tool `destructiveHint: true` (whatever else it says)."""
+        annotations = self.definition.get("annotations") or {}
+        return annotations.get("destructiveHint") is True
+
+
+class Refused(Exception):
+    """The gate refused a call; `answer` is the tool result that explains why (nothing ran)."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__("refused by the gate")
+        self.answer = answer
+
+
+class Upstreams:
+    """The door: visibility, lookup, the gate, the audit record and the call."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        servers: dict[str, ServerConfig],
+        *,
+        catalog: Catalog,
+        router: Router,
+        gate: Gate,
+        activity: ActivityLog,
+        index: ToolIndex,
+        rounds: Rounds,
+    ) -> None:
+        self.settings = settings
+        self.servers = servers
+        self.catalog = catalog
+        self.router = router
+        self.gate = gate
+        self.activity = activity
+        self.index = index
+        self.rounds = rounds
+        self._unindexed: set[str] = set()  # servers whose catalog changed since the index last took it in
+        self._wake_indexer = trio.Event()
+        self._indexed = trio.Event()
+        self.metrics: Metrics | None = None  # set by the frontend when it serves /metrics
+        self._config_version = 0
+
+    # -- the server table ------------------------------------------------------------------------
+
+    def apply_config(self, servers: dict[str, ServerConfig]) -> list[str]:
+        """The supervisor changed the servers table: forget removed servers; the names that changed."""
+        removed = sorted(set(self.catalog.servers) - set(servers))
+        for name in removed:
+            self.router.fail_worker(name, "the server was removed")
+            self.catalog.remove(name)
+        for name in set(self.servers) - set(servers):
+            self.gate.approvals.forget(name)
+        self.servers = servers
+        self._config_version += 1
+        return removed
+
+    @property
+    def view_version(self) -> tuple[int, ...]:
+        """Changes whenever what a client may see could have: the catalog, the pins, the config."""
+        return (
+            self.catalog.version,
+            self.gate.approvals.version,
+            self._config_version,
+            id(self.servers),
+            id(self.settings),
+        )
+
+    def call_timeout(self, server: str) -> float:
+        config = self.servers.get(server)
+        if config is not None and config.policy.call_timeout is not None:
+            return config.policy.call_timeout
+        return self.settings.call_timeout
+
+    # -- visibility ------------------------------------------------------------------------------
+
+    def shown(self, server: str) -> bool:
+        """A client may see the server: it is configured (or reported), enabled and not quarantined."""
+        config = self.servers.get(server)
+        return config is None or (config.enabled and not config.quarantined)
+
+    def visible(self) -> list[ServerView]:
+        """The servers whose catalogs clients see: connected, enabled, not quarantined."""
+        return [view for view in self.catalog.ready_servers() if self.shown(view.id)]
+
+    def tools(self) -> Iterator[tuple[ServerView, dict[str, Any]]]:
+        """Every tool a client may see and call, as its server defines it (changed definitions withheld)."""
+        for view in self.visible():
+            withheld = self.gate.withheld(view.id, view.tools)
+            for tool in view.tools:
+                if tool.get("name") not in withheld:
+                    yield view, tool
+
+    def exposed_tools(self) -> list[dict[str, Any]]:
+        """The visible tools under the names `/mcp/direct` gives them (`server:tool` or `server__tool`)."""
+        style = self.catalog.name_style
+        return [{**tool, "name": exposed_name(view.id, tool["name"], style)} for view, tool in self.tools()]
+
+    def prompts(self) -> Iterator[tuple[ServerView, dict[str, Any]]]:
+        """Every prompt a client may see and get (changed definitions withheld)."""
+        for view in self.visible():
+            withheld = self.gate.withheld(view.id, view.prompts, "prompt")
+            for prompt in view.prompts:
+                if prompt.get("name") not in withheld:
+                    yield view, prompt
+
+    def resources(self) -> list[dict[str, Any]]:
+        return [resource for view in self.visible() for resource in view.resources]
+
+    def templates(self) -> list[dict[str, Any]]:
+        return [template for view in self.visible() for template in view.templates]
+
+    async def search(self, query: str, limit: int) -> list[tuple[SearchHit, dict[str, Any]]]:
+        """The best `limit` visible tools for `query`, with their definitions.
+
+        Waits (briefly) for the index to take in the latest catalog changes, so a server that is
+        ready is also found.
+        """
+        with trio.move_on_after(INDEX_WAIT):
+            while self._unindexed:
+                await self._indexed.wait()
+        views = {view.id: view for view in self.visible()}
+        withheld = {(server, tool) for server, view in views.items() for tool in self.gate.withheld(server, view.tools)}
+        found = []
+        for hit in self.index.search(query, limit + len(withheld), servers=list(views)):
+            if (hit.server, hit.tool) in withheld:
+                continue
+            definition = next((t for t in views[hit.server].tools if t.get("name") == hit.tool), None)
+            if definition is None:  # the index lags the catalog by one change at most
+                continue
+            found.append((hit, definition))
+            if len(found) == limit:
+                break
+        return found
+
+    def reindex(self, server: str | None = None) -> None:
+        """Take in a catalog change (one server's, or all): pin what is first seen, queue the index update."""
+        names = [server] if server is not None else list({*self.catalog.servers, *self.index.servers()})
+        for name in names:
+            view = self.catalog.servers.get(name)
+            if view is not None and view.ready and self.shown(name):
+                self.gate.sighted(view)
+            self._unindexed.add(name)
+        self._wake_indexer.set()
+
+    async def serve_index(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the search index up to date, embedding new definitions off the event loop.
+
+        Embedding a large upstream's tools takes a fraction of a second of CPU: done on the loop it
+        would stall every client's call, and a frontend that stalls long enough is killed as hung.
+        """
+        task_status.started()
+        while True:
+            await self._wake_indexer.wait()
+            self._wake_indexer = trio.Event()
+            while self._unindexed:
+                name = min(self._unindexed)
+                self._unindexed.discard(name)
+                view = self.catalog.servers.get(name)
+                if view is not None and view.ready:
+                    prepared = await trio.to_thread.run_sync(self.index.prepare, name, list(view.tools))
+                    if name not in self._unindexed:  # else a newer change of it is queued: take that one
+                        self.index.apply(prepared)
+                else:
+                    self.index.remove_server(name)
+            self._indexed.set()
+            self._indexed = trio.Event()
+
+    # -- lookup ----------------------------------------------------------------------------------
+
+    def find_tool(self, name: str, *, quarantined: bool = False) -> ToolTarget:
+        """The tool a client's name points at (`server:tool`, or the direct endpoint's exposed name).
+
+        With `quarantined`, a quarantined server's tools are found too, so a call to one can be
+        answered with its security analysis rather than "unknown tool".
+        """
+        resolved = self.catalog.resolve_tool(name)
+        parts = resolved or split_name(name)
+        if parts is None and "__" in name:
+            server, _, tool = name.partition("__")
+            parts = (server, tool) if server and tool else None
+        if parts is None:
+            raise NotFound("tool", name, "upstream tools are named 'server:tool'")
+        server, tool = parts
+        config = self.servers.get(server)
+        view = self.catalog.servers.get(server)
+        hidden = config is not None and config.quarantined and not quarantined
+        if (config is None and view is None) or hidden:
+            raise NotFound("tool", name, f"no server '{server}' (servers: {self._known()})")
+        if config is not None and not config.enabled:
+            reason = f"is unavailable: server '{server}' is disabled"
+            raise NotFound("tool", name, reason, code=UNAVAILABLE, unknown=False)
+        if view is None or not view.ready:
+            reason = f"is unavailable: {self.catalog.describe_unavailable(server)}"
+            raise NotFound("tool", name, reason, code=UNAVAILABLE, unknown=False)
+        for definition in view.tools:
+            if definition.get("name") == tool:
+                return ToolTarget(server, tool, definition, quarantined=config is not None and config.quarantined)
+        raise NotFound("tool", name, f"server '{server}' has no tool '{tool}'")
+
+    def find_prompt(self, name: str) -> tuple[str, str]:
+        """`server:prompt` -> (server, the upstream's prompt name)."""
+        target = self.catalog.resolve_prompt(name)
+        if target is None or not self.shown(target[0]):
+            raise NotFound("prompt", name, "prompts are named 'server:prompt'")
+        server, prompt = target
+        view = self.catalog.servers[server]
+        if prompt in self.gate.withheld(server, view.prompts, "prompt"):
+            reason = f"its definition changed since approval; an operator approves it with `{approve_command(server)}`"
+            raise NotFound("prompt", name, reason)
+        return target
+
+    def find_resource(self, uri: str) -> str:
+        """The visible server that serves `uri` (a listed resource or a template that matches it)."""
+        server = self.catalog.resolve_resource(uri)
+        if server is None or not self.shown(server):
+            raise NotFound("resource", uri, "no connected server offers it")
+        return server
+
+    def _known(self) -> str:
+        return ", ".join(sorted(set(self.servers) | set(self.catalog.servers))) or "none"
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        call: ClientCall | None = None,
+        *,
+        what: str = "",
+        activity_id: str = "",
+    ) -> bytes | dict[str, Any]:
+        """Run one request on a server's upstream: the result's JSON bytes; UpstreamError on failure.
+
+        With the client's call, the upstream's progress, logs and questions go back to that client.
+        A 2026-07-28 client's call that the upstream answers with a question returns the
+        `input_required` result (a dict) instead: the client answers and calls again.
+        resources/read and prompts/get are recorded in the activity log here (tools/call in `call_tool`).
+        """
+        if method in LOGGED_METHODS and not activity_id:
+            return await self._logged_request(server, method, params, call, what)
+        timeout = self.call_timeout(server)
+        try:
+            if call is not None and call.modern and method in ROUND_METHODS:
+                router = self.router
+
+                async def send(params: dict[str, Any], call: ClientCall) -> bytes:
+                    return await router.request(server, method, params, timeout, call, activity_id=activity_id)
+
+                return await self.rounds.forward(send, server, method, params, call)
+            return await self.router.request(server, method, params, timeout, call, activity_id=activity_id)
+        except WireError as exc:
+            # Name what was called ("Tool 'github:create_issue': ..."), not only the server.
+            raise UpstreamError(exc.jsonrpc_code, f"{what}: {exc.message}" if what else exc.message) from None
+
+    async def call_tool(
+        self,
+        target: ToolTarget,
+        params: dict[str, Any],
+        call: ClientCall | None = None,
+        *,
+        via: str,
+        intent: dict[str, Any] | None = None,
+        destructive: bool = True,
+    ) -> bytes | dict[str, Any]:
+        """Call an upstream tool through the gate, recorded in the activity log.
+
+        `via` names the path the call came by (`direct`, `call_tool_read`, `proxy`, ...); without
+        `destructive`, a tool its server marks destructive is refused. Refused (with the answer to
+        give) when the gate stops the call; UpstreamError when it fails.
+        """
+        started = time.monotonic()
+        request_id = new_request_id()
+
+        def record(outcome: Outcome, result: bytes | None = None) -> None:
+            duration = time.monotonic() - started
+            self.activity.record(
+                server=target.server,
+                tool=target.tool,
+                variant=via,
+                intent=intent,
+                outcome=outcome,
+                duration=duration,
+                request_id=request_id,
+                client=client_name(call, params),
+                endpoint=endpoint_of(call, via, target.server),
+                result_bytes=0 if result is None else len(result),
+                arguments=params.get("arguments"),
+                result=result,
+                trace=trace_context(call, params),
+            )
+            if self.metrics is not None:
+                self.metrics.call_done(target.server, via, outcome, duration)
+
+        refusal = self.gate.refusal(target, self.catalog)
+        if refusal is None and target.destructive and not destructive:
+            refusal = error_result(
+                f"Tool '{target.name}' is marked destructive by its server (destructiveHint: true): "
+                f"call it with call_tool_destructive instead of {via}. It was not run."
+            )
+        if refusal is not None:
+            record("blocked")
+            raise Refused(refusal)
+        in_flight = self.metrics.in_flight.labels(target.server) if self.metrics is not None else None
+        try:
+            if in_flight is not None:
+                in_flight.inc()
+            result = await self.request(
+                target.server, "tools/call", params, call, what=f"Tool '{target.name}'", activity_id=request_id
+            )
+        except UpstreamError:
+            record("error")
+            raise
+        finally:
+            if in_flight is not None:
+                in_flight.dec()
+        if isinstance(result, bytes):
+            record("error" if _is_error(result) else "ok", result)
+            return with_request_id(result, request_id)
+        return result
+
+    async def _logged_request(
+        self, server: str, method: str, params: dict[str, Any], call: ClientCall | None, what: str
+    ) -> bytes | dict[str, Any]:
+        """`request` for a resources/read or prompts/get, with its activity row and request id."""
+        started = time.monotonic()
+        request_id = new_request_id()
+        kind: Kind = "resource" if method == "resources/read" else "prompt"
+        name = params.get("uri" if kind == "resource" else "name")
+
+        def record(outcome: Outcome, result: bytes | None = None) -> None:
+            self.activity.record(
+                server=server,
+                tool=name if isinstance(name, str) else "",
+                variant=method,
+                intent=None,
+                outcome=outcome,
+                duration=time.monotonic() - started,
+                request_id=request_id,
+                client=client_name(call, params),
+                endpoint=endpoint_of(call, "", server),
+                kind=kind,
+                result_bytes=0 if result is None else len(result),
+                arguments=params.get("arguments") if kind == "prompt" else None,
+                result=result,
+                trace=trace_context(call, params),
+            )
+
+        try:
+            result = await self.request(server, method, params, call, what=what, activity_id=request_id)
+        except UpstreamError:
+            record("error")
+            raise
+        if isinstance(result, bytes):
+            record("ok", result)
+            return with_request_id(result, request_id)
+        return result
+
+
+class _ErrorFlag(msgspec.Struct):
+    isError: bool | None = None
+
+
+_decode_flag = msgspec.json.Decoder(_ErrorFlag)
+
+
+def _is_error(result: bytes) -> bool:
+    """Whether a tools/call result says `isError: true`, without decoding the rest of it."""
+    try:
+        return _decode_flag.decode(result).isError is True
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return True

@@ -1,0 +1,185 @@
+"""What every HTTP request passes before any endpoint sees it: who is asking, and a body that is sane JSON.
+
+Two checks, both cheap and both answered here with a clear 4xx:
+- on a loopback listener without tokens, the connection must come from the user running
+  mcpvisor or root (frontend/endpoints/peer.py);
+- a JSON body sent to an MCP endpoint must be there, be UTF-8, hold no lone UTF-16 surrogate,
+  nest at most MAX_DEPTH levels and fit in the body limit. Past this boundary the SDK and the fast
+  path never meet such a body, so none of it can become a 500 or an internal error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import operator
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import msgspec
+
+from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_uid
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Levels of arrays and objects in one request, the JSON-RPC envelope included. Tool arguments
+# nest a handful of levels; a few hundred make parsers recurse until they fail.
+MAX_DEPTH: Final = 64
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+
+
+class Boundary:
+    """Admits a request (returning the `receive` to go on with) or answers it with a 4xx (returning None)."""
+
+    def __init__(self, *, local_users_only: bool, max_body: int) -> None:
+        self.local_users_only = local_users_only
+        self.max_body = max_body
+        self._allowed_uids = owner_uids()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
+        if self.local_users_only and (refusal := self._refuse_peer(scope)) is not None:
+            await send_json(send, 403, {"error": "forbidden", "message": refusal})
+            return None
+        if scope["method"] != "POST" or not scope["path"].startswith("/mcp") or not _is_json(scope):
+            return receive
+        body = await self._read_body(scope, receive)
+        if body is None:
+            await send_json(send, 413, _rpc_error(INVALID_REQUEST, f"Request body larger than {self.max_body} bytes"))
+            return None
+        if (problem := check_json(body)) is not None:
+            await send_json(send, 400, _rpc_error(*problem))
+            return None
+        return replay(body, receive)
+
+    def _refuse_peer(self, scope: Scope) -> str | None:
+        """Why this connection may not be served (one line), or None."""
+        unknown = "This mcpvisor serves only the local user running it, and cannot tell who opened this connection"
+        client, server = scope.get("client"), scope.get("server")
+        if not client or not server:
+            return f"{unknown}."
+        try:
+            uid = peer_uid((client[0], int(client[1])), (server[0], int(server[1])))
+        except PeerUnknown as exc:
+            log.warning("refused a connection from %s:%s: %s", client[0], client[1], exc)
+            return f"{unknown}: {exc}."
+        if uid in self._allowed_uids:
+            return None
+        log.info("refused a connection from local uid %d", uid)
+        return (
+            f"This mcpvisor serves only the local user running it (uid {os.getuid()}) and root; "
+            f"this connection belongs to uid {uid}."
+        )
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None when it is larger than the limit (read no further than that)."""
+        for name, value in scope["headers"]:
+            if name.lower() == b"content-length" and value.strip().isdigit() and int(value) > self.max_body:
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break  # the client went away; what was read is what there is
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        return b"".join(chunks)
+
+
+def _is_json(scope: Scope) -> bool:
+    """Bodies of other types are left to the endpoint, which refuses them with 415."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-type":
+            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+    return False
+
+
+def check_json(body: bytes) -> tuple[int, str] | None:
+    """(JSON-RPC code, message) for a body no endpoint should see, or None for one that may pass."""
+    if not body.strip():
+        return PARSE_ERROR, "Parse error: the request body is empty; send one JSON-RPC message"
+    try:
+        # msgspec refuses lone UTF-16 surrogates in strings, which Python's json accepts and which
+        # then fail wherever the text is encoded again.
+        value = msgspec.json.decode(body)
+    except UnicodeDecodeError:
+        return PARSE_ERROR, "Parse error: the request body is not valid UTF-8"
+    except RecursionError:
+        return INVALID_REQUEST, f"Invalid request: JSON nested deeper than {MAX_DEPTH} levels"
+    except msgspec.DecodeError as exc:
+        return PARSE_ERROR, f"Parse error: {exc}"
+    if _bracket_depth(body) > MAX_DEPTH and _depth_exceeds(value, MAX_DEPTH):
+        return INVALID_REQUEST, f"Invalid request: JSON nested deeper than {MAX_DEPTH} levels"
+    return None
+
+
+# Opening brackets become 2, closing ones 0, everything else is dropped.
+_BRACKETS: Final = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_NOT_BRACKETS: Final = bytes(set(range(256)) - set(b"[{]}"))
+
+
+def _bracket_depth(body: bytes) -> int:
+    """How deep the brackets of `body` nest, those inside strings counted too: at least the JSON's depth.
+
+    Computed by C iterators, so a wide body with many shallow brackets costs little; only one
+    over the limit by this bound is walked exactly (brackets inside strings do not nest JSON).
+    """
+    steps = body.translate(_BRACKETS, _NOT_BRACKETS)
+    # After the i-th bracket the depth is (opening brackets so far) - (closing ones) = sum - i.
+    return max(map(operator.sub, itertools.accumulate(steps), itertools.count(1)), default=0)
+
+
+def _depth_exceeds(value: object, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` levels in `value`."""
+    pending: list[tuple[object, int]] = [(value, 1)]
+    containers = (dict, list)
+    while pending:
+        item, depth = pending.pop()
+        if depth > limit:
+            return True
+        children: Any = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, containers):
+                pending.append((child, depth + 1))
+    return False
+
+
+def _rpc_error(code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+async def send_json(send: Send, status: int, body: object) -> None:
+    data = msgspec.json.encode(body)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that yields an already-read body first, then whatever comes after it."""
+    sent = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

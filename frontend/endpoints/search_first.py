@@ -1,0 +1,64 @@
+"""`/mcp`: the search-first endpoint (seed 004). A handful of built-in tools; upstream tools are found by search.
+
+Clients see `retrieve_tools`, the three call tools, `upstream_servers`, `quarantine_security`,
+`read_cache` and the `proxy` tool, however many upstream tools there are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from mcpvisor.frontend.door.forwarding import complete
+from mcpvisor.frontend.endpoints.direct import CACHE_HINTS
+from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
+from mcpvisor.frontend.tools.builtins import SEARCH_ENDPOINT_TOOLS, Builtins
+from mcpvisor.wire.errors import INVALID_PARAMS
+
+INSTRUCTIONS = (
+    "mcpvisor aggregates many upstream MCP servers behind a few tools. "
+    "DISCOVER: call retrieve_tools with keywords to find upstream tools (named server:tool); "
+    "do this before assuming a capability is missing. "
+    "CALL: use the variant named by each result's call_with field: call_tool_read, call_tool_write or "
+    "call_tool_destructive, with the tool's arguments in args and an intent whose operation_type matches. "
+    "A long response is cut; read the rest with read_cache. "
+    "MANAGE: upstream_servers lists and changes the servers; quarantine_security inspects, approves and "
+    "blocks quarantined ones (approve only on an operator's decision). "
+    "The proxy tool lists, describes and calls tools, resources and prompts in one interface."
+)
+
+
+def build_search_server(builtins: Builtins) -> Server[Any]:
+    """The MCP server behind `/mcp`."""
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
+        return complete({"tools": builtins.definitions(SEARCH_ENDPOINT_TOOLS)})
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
+        if params.name not in SEARCH_ENDPOINT_TOOLS:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=(
+                    f"Unknown tool '{params.name}': this endpoint offers {', '.join(SEARCH_ENDPOINT_TOOLS)}. "
+                    "Find upstream tools with retrieve_tools and call them with call_tool_read, "
+                    "call_tool_write or call_tool_destructive."
+                ),
+            )
+        return await builtins.call(params.name, params.arguments, ctx)
+
+    def tool_input_schema(name: str) -> dict[str, Any] | None:
+        return builtins.input_schema(name) if name in SEARCH_ENDPOINT_TOOLS else None
+
+    server = AnnouncingServer(
+        "mcpvisor",
+        get_tool_input_schema=tool_input_schema,
+        version="0.1.0",
+        instructions=INSTRUCTIONS,
+        cache_hints=CACHE_HINTS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    return server
