@@ -14,9 +14,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
 from mcpvisor.frontend.door.upstreams import Upstreams
-from mcpvisor.frontend.endpoints.boundary import Boundary
+from mcpvisor.frontend.endpoints.boundary import Boundary, replay
 from mcpvisor.frontend.endpoints.direct import shortcuts_of
-from mcpvisor.frontend.endpoints.fastpath import FastPath, replay
+from mcpvisor.frontend.endpoints.fastpath import FastPath
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
 from mcpvisor.frontend.endpoints.session_path import SessionPath

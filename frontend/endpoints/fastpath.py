@@ -236,20 +236,6 @@ async def _respond(send: Send, data: bytes) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-def replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that yields an already-read body first, then whatever comes after it."""
-    sent = False
-
-    async def replayed() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
 def admitted(
     headers: Mapping[str, str], max_body: int, allowed_hosts: list[str] | None, allowed_origins: list[str] | None
 ) -> bool:
