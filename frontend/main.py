@@ -120,16 +120,16 @@ async def run(
         ),
         index=ToolIndex(cache_dir=Path(spec.data_dir) if spec.data_dir else None),
         rounds=Rounds(ROUND_TTL),
+        metrics=Metrics(catalog, status=lambda: control_client.call("status")),
     )
-    upstreams.metrics = Metrics(catalog, status=lambda: control_client.call("status"))
     clients = Clients(upstreams)
-    control_client.on_request = Operator(
+    operator = Operator(
         servers=lambda: upstreams.servers,
         catalog=catalog,
         approvals=upstreams.gate.approvals,
         control=control_client,
         changed=catalog_changed,
-    ).answer
+    )
     builtins = Builtins(
         upstreams, control_client, ResponseCache(), registries=spec.registries, config_path=spec.config_path
     )
@@ -153,7 +153,7 @@ async def run(
             await nursery.start(upstreams.rounds.serve)
             await nursery.start(upstreams.serve_index)
             await nursery.start(app.servers.serve)
-            nursery.start_soon(control_client.serve)
+            nursery.start_soon(control_client.serve, operator.answer)
             binds = await nursery.start(hypercorn_serve, app, config)
             nursery.start_soon(serve_reports, control)
             log.info("serving MCP on %s (endpoints: %s)", ", ".join(binds), ", ".join(endpoints) or "none")

@@ -32,10 +32,9 @@ class ControlError(Exception):
 class ControlClient:
     """Sends commands to the supervisor and matches the replies (one receiving task)."""
 
-    def __init__(self, sock: ZSocket, *, timeout: float = 30.0, on_request: RequestHandler | None = None) -> None:
+    def __init__(self, sock: ZSocket, *, timeout: float = 30.0) -> None:
         self.sock = sock
         self.timeout = timeout
-        self.on_request = on_request
         self._ids = itertools.count(1)
         self._pending: PendingReplies[int, Reply] = PendingReplies()
 
@@ -54,21 +53,22 @@ class ControlClient:
             raise ControlError(reply.error)
         return reply.result
 
-    async def serve(self) -> None:
+    async def serve(self, on_request: RequestHandler | None = None) -> None:
+        """Take in replies, and answer the supervisor's requests with `on_request`, until cancelled."""
         async with trio.open_nursery() as nursery:
 
             async def handle(_envelope: list[bytes], msg: ControlMessage, _payload: bytes | None) -> None:
                 if isinstance(msg, Reply):
                     self._pending.deliver(msg.id, msg)
                 elif isinstance(msg, OperatorRequest):
-                    nursery.start_soon(self._answer, msg)
+                    nursery.start_soon(self._answer, msg, on_request)
 
             await serve_messages(self.sock, codec.control, handle, what="control reply")
 
-    async def _answer(self, request: OperatorRequest) -> None:
-        if self.on_request is None:
+    async def _answer(self, request: OperatorRequest, on_request: RequestHandler | None) -> None:
+        if on_request is None:
             reply = OperatorReply(id=request.id, error="this frontend does not take operator requests", exit_code=1)
         else:
-            reply = await self.on_request(request)
+            reply = await on_request(request)
         with contextlib.suppress(trio.ClosedResourceError):  # the frontend is stopping
             await self.sock.send_multipart(codec.control.encode(reply))

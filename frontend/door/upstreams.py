@@ -112,6 +112,7 @@ class Upstreams:
         activity: ActivityLog,
         index: ToolIndex,
         rounds: Rounds,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.servers = servers
@@ -124,7 +125,7 @@ class Upstreams:
         self._unindexed: set[str] = set()  # servers whose catalog changed since the index last took it in
         self._wake_indexer = trio.Event()
         self._indexed = trio.Event()
-        self.metrics: Metrics | None = None  # set by the frontend when it serves /metrics
+        self.metrics = metrics
         self._config_version = 0
 
     # -- the server table ------------------------------------------------------------------------
