@@ -43,7 +43,9 @@ _METHODS = ("tools/call", "tools/list", "prompts/list", "resources/list")
 _LIST_PREFIX = b'"resultType":"complete","cacheScope":"private","ttlMs":0,'
 
 
-class _Params(msgspec.Struct, forbid_unknown_fields=True):
+class CallParams(msgspec.Struct, forbid_unknown_fields=True):
+    """The params of a plain tools/call, as both short paths read them."""
+
     name: str
     arguments: msgspec.Raw = msgspec.Raw(b"{}")  # forwarded as the client wrote it
     _meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
@@ -53,10 +55,12 @@ class _Call(msgspec.Struct, forbid_unknown_fields=True):
     jsonrpc: str
     id: int | str
     method: str
-    params: _Params
+    params: CallParams
 
 
-class _ListParams(msgspec.Struct, forbid_unknown_fields=True):
+class ListParams(msgspec.Struct, forbid_unknown_fields=True):
+    """The params of a list request, as both short paths read them."""
+
     cursor: str | None = None
     _meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
 
@@ -65,7 +69,7 @@ class _ListCall(msgspec.Struct, forbid_unknown_fields=True):
     jsonrpc: str
     id: int | str
     method: str
-    params: _ListParams | None = None
+    params: ListParams | None = None
 
 
 _decode_list = msgspec.json.Decoder(_ListCall)
@@ -174,7 +178,7 @@ class FastPath:
             request = _decode_list.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return False
-        params = request.params or _ListParams()
+        params = request.params or ListParams()
         meta = params._meta
         if (
             request.jsonrpc != "2.0"

@@ -35,7 +35,16 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from mcpvisor.frontend.door.forwarding import ENVELOPE_PREFIX
 from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.endpoints.clients import connection_of
-from mcpvisor.frontend.endpoints.fastpath import Receive, Scope, Send, _BadResult, admitted, read_body
+from mcpvisor.frontend.endpoints.fastpath import (
+    CallParams,
+    ListParams,
+    Receive,
+    Scope,
+    Send,
+    _BadResult,
+    admitted,
+    read_body,
+)
 from mcpvisor.frontend.endpoints.listings import Listing
 from mcpvisor.wire.errors import INTERNAL_ERROR
 
@@ -43,17 +52,6 @@ _ASKABLE = ("sampling", "elicitation", "roots")
 _JSON = frozenset({"application/json", "application/*", "*/*"})
 _SSE = frozenset({"text/event-stream", "text/*", "*/*"})
 _encode = msgspec.json.encode
-
-
-class _CallParams(msgspec.Struct, forbid_unknown_fields=True):
-    name: str
-    arguments: msgspec.Raw = msgspec.Raw(b"{}")  # forwarded as the client wrote it
-    _meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
-
-
-class _ListParams(msgspec.Struct, forbid_unknown_fields=True):
-    cursor: str | None = None
-    _meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
 
 
 class _Request(msgspec.Struct, forbid_unknown_fields=True):
@@ -74,8 +72,8 @@ class _Cancel(msgspec.Struct):
 
 _decode_request = msgspec.json.Decoder(_Request)
 _decode_cancel = msgspec.json.Decoder(_Cancel)
-_decode_call = msgspec.json.Decoder(_CallParams)
-_decode_list = msgspec.json.Decoder(_ListParams)
+_decode_call = msgspec.json.Decoder(CallParams)
+_decode_list = msgspec.json.Decoder(ListParams)
 
 
 class Sessions:
@@ -221,7 +219,7 @@ class SessionPath:
 
     def _list(self, request: _Request, version: str) -> bytes | None:
         try:
-            params = _decode_list.decode(request.params) if request.params else _ListParams()
+            params = _decode_list.decode(request.params) if request.params else ListParams()
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         if "progressToken" in params._meta:
