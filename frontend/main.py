@@ -30,7 +30,7 @@ from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.endpoints.search_first import build_search_server
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.gate.approvals import ToolApprovals
-from mcpvisor.frontend.gate.state_db import open_state_db
+from mcpvisor.wire.state_db import open_state_db
 from mcpvisor.frontend.tools.builtins import Builtins
 from mcpvisor.frontend.tools.response_cache import ResponseCache
 from mcpvisor.wire import codec, frontend_spec, lifetime, logs

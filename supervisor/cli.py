@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
     log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
-    if (warning := trust.exposure_warning(config.mcpvisor)) is not None:
+    if (warning := trust.exposure_warning(config.mcpvisor, authenticated=config.authenticated)) is not None:
         logging.getLogger("mcpvisor.supervisor").warning("%s", warning)
     configstore.remove_stale_temp(path)
     trio.run(serve, config, path)

@@ -12,10 +12,13 @@ import msgspec
 from mcpvisor.wire.config import (
     REGISTRY_ID,
     SERVER_NAME,
+    TENANT_NAME,
     ConfigError,
+    OAuthResourceConfig,
     RegistryConfig,
     ServerConfig,
     Settings,
+    TenantConfig,
     parse_listen,
 )
 from mcpvisor.wire.secrets import SECRET_REF
@@ -28,6 +31,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     mcpvisor: Settings = msgspec.field(default_factory=Settings)
     servers: dict[str, ServerConfig] = {}
     registries: dict[str, RegistryConfig] = {}
+    tenants: dict[str, TenantConfig] = {}
+    oauth: OAuthResourceConfig | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        """Every client presents a token: tenants or an OAuth issuer are configured."""
+        return bool(self.tenants) or self.oauth is not None
 
 
 def default_data_dir() -> Path:
@@ -75,7 +85,7 @@ def _check(config: Config, text: str, source: str) -> None:
     except ConfigError as exc:
         raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'listen']) or '?'}: {exc}") from None
     # Here rather than at start-up alone, so that a reload cannot open the listener either.
-    if (problem := exposure_problem(config.mcpvisor)) is not None:
+    if (problem := exposure_problem(config.mcpvisor, authenticated=config.authenticated)) is not None:
         raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'listen']) or '?'}: {problem}")
     for name, server in config.servers.items():
         where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
@@ -102,6 +112,25 @@ def _check(config: Config, text: str, source: str) -> None:
                         raise ConfigError(f"{where}: server {name!r}: {key}: bad variable name in ${{env:{ref}}}")
     for rid, registry in config.registries.items():
         _check_registry(rid, registry, f"{source}:{_line_of(text, ['registries', rid]) or '?'}")
+    for tenant_name, tenant in config.tenants.items():
+        _check_tenant(tenant_name, tenant, config, f"{source}:{_line_of(text, ['tenants', tenant_name]) or '?'}")
+    if config.oauth is not None:
+        where = f"{source}:{_line_of(text, ['oauth']) or '?'}"
+        for key in ("issuer", "resource", "jwks_uri"):
+            value = getattr(config.oauth, key)
+            if value is not None and not value.startswith(("https://", "http://")):
+                raise ConfigError(f"{where}: oauth.{key} must be an http(s) URL")
+
+
+def _check_tenant(name: str, tenant: TenantConfig, config: Config, where: str) -> None:
+    if not TENANT_NAME.match(name):
+        raise ConfigError(
+            f"{where}: tenant name {name!r} must be letters, digits, '_', '-' or '.' (no ':' or '/'),"
+            " at most 63 characters"
+        )
+    unknown = [server for server in tenant.servers if server not in config.servers]
+    if unknown:
+        raise ConfigError(f"{where}: tenant {name!r}: no [servers.{unknown[0]}] for the name in its servers list")
 
 
 def _check_registry(rid: str, registry: RegistryConfig, where: str) -> None:
@@ -122,7 +151,11 @@ _AT_PATH = re.compile(r" - at `\$(.*)`$")
 
 def _locate(raw: dict, message: str) -> str:
     """msgspec writes dict keys as `[...]`: find the server or registry (and the key within it) that failed."""
-    table, struct = ("registries", RegistryConfig) if "$.registries[...]" in message else ("servers", ServerConfig)
+    table, struct = ("servers", ServerConfig)
+    if "$.registries[...]" in message:
+        table, struct = ("registries", RegistryConfig)
+    elif "$.tenants[...]" in message:
+        table, struct = ("tenants", TenantConfig)
     if f"$.{table}[...]" not in message or not isinstance(raw.get(table), dict):
         return message
     for name, value in raw[table].items():

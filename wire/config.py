@@ -104,6 +104,39 @@ class Settings(_Strict):
     activity_record_arguments: bool = False
     activity_retention_days: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     activity_max_rows: Annotated[int, msgspec.Meta(ge=1)] = 100_000
+    # A tenant's workers stop after this long without a request of that tenant (0: never).
+    tenant_idle_stop: Seconds = 600.0
+
+
+TENANT_NAME = SERVER_NAME
+
+
+class TenantConfig(_Strict):
+    """One `[tenants.NAME]` table: the servers a tenant's clients may use, and their limits.
+
+    Each (tenant, server) pair is its own worker (id `tenant/server`), started on the tenant's
+    first request and stopped after `idle_stop` seconds without one.
+    """
+
+    servers: list[str] = []
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 32  # calls of this tenant running at once
+    calls_per_minute: Annotated[int, msgspec.Meta(ge=1)] | None = None  # None: no rate limit
+    idle_stop: Seconds | None = None  # None: [mcpvisor].tenant_idle_stop; 0: never stop
+    # Values of the OAuth claim (`[oauth].claim`) that mean this tenant, besides its own name.
+    claim_values: list[str] = []
+
+
+class OAuthResourceConfig(_Strict):
+    """`[oauth]`: mcpvisor as an OAuth 2.1 resource server; JWT access tokens from one issuer."""
+
+    issuer: str  # the authorization server's issuer identifier (the `iss` of its tokens)
+    resource: str  # this mcpvisor's resource identifier: tokens must name it as their audience
+    jwks_uri: str | None = None  # else taken from the issuer's metadata
+    claim: str = "tenant"  # the claim (a string or a list of strings) that names the tenant
+    admin_values: list[str] = []  # values of `claim` that make the bearer an operator
+    scopes_supported: list[str] = []
+    algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "PS256", "EdDSA"])
+    leeway: Seconds = 30.0  # clock skew allowed on exp/nbf/iat
 
 
 REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mcpvisor.wire.config import RegistryConfig, ServerConfig, Settings
+from mcpvisor.wire.config import OAuthResourceConfig, RegistryConfig, ServerConfig, Settings, TenantConfig
 
 ENV_VAR = "MCPVISOR_FRONTEND"
 
@@ -18,6 +18,8 @@ class FrontendSpec(msgspec.Struct, kw_only=True, frozen=True):
     config_path: str = ""
     data_dir: str = ""
     registries: dict[str, RegistryConfig] = {}
+    tenants: dict[str, TenantConfig] = {}
+    oauth: OAuthResourceConfig | None = None
 
 
 def encode(spec: FrontendSpec) -> str:

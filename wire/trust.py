@@ -24,21 +24,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def tokens_configured(settings: Settings) -> bool:
-    """Whether clients must present a token: none can be configured yet."""
-    del settings
-    return False
+def local_users_only(settings: Settings, *, authenticated: bool = False) -> bool:
+    """Whether the listener serves only the user running mcpvisor (and root): loopback without tokens.
+
+    `authenticated`: tenants or an OAuth issuer are configured, so every client presents a token.
+    """
+    return is_loopback(parse_listen(settings.listen)[0]) and not authenticated
 
 
-def local_users_only(settings: Settings) -> bool:
-    """Whether the listener serves only the user running mcpvisor (and root): loopback without tokens."""
-    return is_loopback(parse_listen(settings.listen)[0]) and not tokens_configured(settings)
-
-
-def exposure_problem(settings: Settings) -> str | None:
+def exposure_problem(settings: Settings, *, authenticated: bool = False) -> str | None:
     """Why mcpvisor must not start with these settings (one line), or None."""
     host, _ = parse_listen(settings.listen)
-    if is_loopback(host) or tokens_configured(settings) or getattr(settings, OPT_OUT):
+    if is_loopback(host) or authenticated or getattr(settings, OPT_OUT):
         return None
     return (
         f"listen = {settings.listen!r} is reachable from other hosts and no authentication is configured: "
@@ -46,10 +43,10 @@ def exposure_problem(settings: Settings) -> str | None:
     )
 
 
-def exposure_warning(settings: Settings) -> str | None:
+def exposure_warning(settings: Settings, *, authenticated: bool = False) -> str | None:
     """The warning to log at every start when the operator opted out of authentication, or None."""
     host, _ = parse_listen(settings.listen)
-    if is_loopback(host) or tokens_configured(settings) or not getattr(settings, OPT_OUT):
+    if is_loopback(host) or authenticated or not getattr(settings, OPT_OUT):
         return None
     return (
         f"listen = {settings.listen!r} without authentication ({OPT_OUT} = true): anyone who can reach "

@@ -16,11 +16,11 @@ import msgspec
 import trio
 
 from mcpvisor.supervisor.commands import EXIT_USAGE, Args, CommandError, command
+from mcpvisor.wire.state_db import STATE_FILE
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
-STATE_FILE: Final = "state.sqlite"  # frontend/gate/state_db.py; the supervisor does not import the frontend
 MAX_ROWS: Final = 10_000
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -12,7 +12,7 @@ import pytest
 
 from mcpvisor.frontend.endpoints.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
 from mcpvisor.frontend.endpoints.peer import PeerUnknown, peer_uid
-from mcpvisor.frontend.gate.state_db import open_state_db
+from mcpvisor.wire.state_db import open_state_db
 from mcpvisor.supervisor import configstore
 from mcpvisor.wire import logs
 from mcpvisor.wire.config import Settings

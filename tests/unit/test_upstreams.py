@@ -25,7 +25,7 @@ from mcpvisor.frontend.door.search import ToolIndex
 from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.gate.activity import ActivityLog, with_request_id
 from mcpvisor.frontend.gate.approvals import ToolApprovals
-from mcpvisor.frontend.gate.state_db import open_state_db
+from mcpvisor.wire.state_db import open_state_db
 from mcpvisor.wire import codec
 from mcpvisor.wire.config import ServerConfig, Settings
 from mcpvisor.wire.errors import ErrorCode

@@ -1,6 +1,8 @@
-"""The frontend's runtime state in SQLite (`state.sqlite` in the data dir): WAL, this process the one writer.
+"""mcpvisor's runtime state in SQLite (`state.sqlite` in the data dir), in WAL mode.
 
-Holds what is not configuration: the activity log of calls and the hashes of approved tools.
+Holds what is not configuration: the activity log of calls, the hashes of approved tools, and
+the hashes of access tokens. The frontend writes calls and pins; `mcpvisor token` writes tokens,
+whether or not mcpvisor runs (SQLite's locking keeps the writers apart).
 """
 
 from __future__ import annotations
@@ -67,6 +69,18 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE calls ADD COLUMN traceparent TEXT NOT NULL DEFAULT '';
     ALTER TABLE calls ADD COLUMN tracestate TEXT NOT NULL DEFAULT '';
+    """,
+    # Access tokens of tenants and operators: only a hash of each is kept.
+    """
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        hash TEXT NOT NULL UNIQUE,
+        tenant TEXT NOT NULL,
+        admin INTEGER NOT NULL,
+        created REAL NOT NULL,
+        expires REAL,
+        last_used REAL
+    );
     """,
 )
 
