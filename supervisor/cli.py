@@ -82,6 +82,64 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    """`token add|list|revoke`: straight on the state store, so it works whether mcpvisor runs or not."""
+    import datetime
+    import json
+
+    from mcpvisor.wire.state_db import open_state_db
+    from mcpvisor.wire.tokens import TokenError, TokenStore, parse_expiry
+
+    path = _config_path(args.config)
+    try:
+        config = config_mod.load(path)
+    except ConfigError as exc:
+        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+        return 2
+    db = open_state_db(str(config_mod.data_dir(config, path.resolve())))
+    store = TokenStore(db)
+
+    def when(value: float | None) -> str:
+        if value is None:
+            return "-"
+        return datetime.datetime.fromtimestamp(value, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    try:
+        if args.token_command == "add":
+            if args.tenant not in config.tenants and not args.admin:
+                known = ", ".join(sorted(config.tenants)) or "none configured"
+                print(f"mcpvisor: token add: no tenant {args.tenant!r} (tenants: {known})", file=sys.stderr)
+                return 4
+            expires = parse_expiry(args.expires) if args.expires else None
+            info, token = store.add(args.tenant, admin=args.admin, expires=expires)
+            kind = "admin token" if args.admin else "token"
+            print(f"{kind} {info.id} for tenant {info.tenant!r}, expires {when(expires)}")
+            print("shown once; it is stored only as a hash:")
+            print(token)
+        elif args.token_command == "list":
+            rows = store.list()
+            if args.json:
+                print(json.dumps([row.as_row() for row in rows], indent=2))
+            elif not rows:
+                print("no tokens")
+            else:
+                print(f"{'ID':<10}{'TENANT':<20}{'ADMIN':<7}{'CREATED':<22}{'EXPIRES':<22}LAST USED")
+                for row in rows:
+                    print(
+                        f"{row.id:<10}{row.tenant:<20}{'yes' if row.admin else 'no':<7}{when(row.created):<22}"
+                        f"{when(row.expires):<22}{when(row.last_used)}"
+                    )
+        else:
+            info = store.revoke(args.id)
+            print(f"revoked token {info.id} of tenant {info.tenant!r}")
+    except TokenError as exc:
+        print(f"mcpvisor: token {args.token_command}: {exc}", file=sys.stderr)
+        return 4 if args.token_command == "revoke" else 2
+    finally:
+        db.close()
+    return 0
+
+
 def cmd_ctl(args: argparse.Namespace) -> int:
     from mcpvisor.supervisor import ctl
 
@@ -140,6 +198,27 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     stdio.add_argument("rest", nargs=argparse.REMAINDER)
+
+    token = sub.add_parser(
+        "token",
+        help="add, list and revoke the access tokens of tenants and operators",
+        description="Access tokens for clients (a tenant's) and operators (--admin). A token is printed once, "
+        "alone on the last line, and stored only as a hash in the data dir's state store. Clients send it as "
+        "`Authorization: Bearer TOKEN`. Works whether mcpvisor runs or not; a running one sees a new or revoked "
+        "token at its next request.",
+    )
+    token_sub = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    token_add = token_sub.add_parser("add", help="create a token and print it once")
+    token_add.add_argument("tenant", help="the tenant the token belongs to (any label with --admin)")
+    token_add.add_argument("--admin", action="store_true", help="an operator's token: admin API, console, every tenant")
+    token_add.add_argument("--expires", help="a lifetime (30d, 12h, 90m) or an ISO date; default: never")
+    token_list = token_sub.add_parser("list", help="list tokens: id, tenant, created, last used (never the token)")
+    token_list.add_argument("--json", action="store_true", help="print JSON")
+    token_revoke = token_sub.add_parser("revoke", help="delete a token; a running mcpvisor refuses it at once")
+    token_revoke.add_argument("id", help="the token's id, from `token list`")
+    for each in (token_add, token_list, token_revoke):
+        each.add_argument("-c", "--config", help="TOML config file (default: $MCPVISOR_CONFIG or ./mcpvisor.toml)")
+    token.set_defaults(func=cmd_token)
 
     check = sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("-c", "--config", help="TOML config file")

@@ -97,6 +97,7 @@ class Program:
         self.spawns = 0  # every start, by policy or by an operator; the first is not a restart
         self.spawn_error = ""
         self.want_running = False
+        self.idle = False  # stopped for want of use; starts again on the next (a tenant's workers)
         self.needs_report = needs_report  # RUNNING only once the process says it is up
         self.ready = trio.Event()  # set by whoever knows the process is fully up
         self._wake = trio.Event()
@@ -183,6 +184,8 @@ class Program:
             case ProcessState.EXITED:
                 return f"exit status {self.exit_code}"
             case ProcessState.STOPPED:
+                if self.idle:
+                    return "idle: starts on its next use"
                 return "Not started" if not self.stopped_at else "stopped"
             case _:
                 return ""

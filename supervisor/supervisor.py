@@ -28,6 +28,7 @@ from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
 from mcpvisor.wire.forkserver import ForkServer
 from mcpvisor.wire.inbox import serve_messages
+from mcpvisor.wire.logs import log_stem
 from mcpvisor.wire.messages import (
     Command,
     ConfigChanged,
@@ -77,6 +78,23 @@ def worker_name(server: str) -> str:
     return f"{WORKER_PREFIX}{server}"
 
 
+def server_of(worker: str) -> str:
+    """`alice/github` -> `github`: the server a worker id runs."""
+    return worker.rpartition("/")[2]
+
+
+def desired_workers(config: Config) -> list[str]:
+    """The worker ids this config calls for: one per enabled server, and one per (tenant, server).
+
+    With tenants, the plain `server` workers serve operators (admin tokens), and every worker
+    starts on first use rather than with mcpvisor.
+    """
+    ids = [name for name, server in config.servers.items() if server.enabled]
+    for tenant, table in config.tenants.items():
+        ids.extend(f"{tenant}/{name}" for name in table.servers if config.servers[name].enabled)
+    return ids
+
+
 @dataclass(frozen=True)
 class ConfigDiff:
     """What `reread` finds: servers added, changed and removed, and whether [mcpvisor] changed."""
@@ -104,7 +122,8 @@ def diff_configs(old: Config, new: Config) -> ConfigDiff:
         added=sorted(set(new_servers) - set(old_servers)),
         changed=sorted(n for n in common if _process_view(old_servers[n]) != _process_view(new_servers[n])),
         removed=sorted(set(old_servers) - set(new_servers)),
-        settings_changed=old.mcpvisor != new.mcpvisor,
+        # The frontend holds the settings, the tenants and the issuer: a change restarts it.
+        settings_changed=(old.mcpvisor, old.tenants, old.oauth) != (new.mcpvisor, new.tenants, new.oauth),
     )
 
 
@@ -152,14 +171,16 @@ class Supervisor:
             config_path=str(self.config_path),
             data_dir=str(self.data_dir),
             registries=self.config.registries,
+            tenants=self.config.tenants,
+            oauth=self.config.oauth,
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
         return Launch([sys.executable, "-P", "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")
 
-    def worker_launch(self, server: str) -> Launch:
+    def worker_launch(self, worker: str) -> Launch:
         spec = worker_spec.WorkerSpec(
-            id=server,
-            server=self.config.servers[server],
+            id=worker,
+            server=self.config.servers[server_of(worker)],
             calls_endpoint=self.endpoints.calls,
             control_endpoint=self.endpoints.control,
             log_dir=str(self.log_dir),
@@ -167,7 +188,8 @@ class Supervisor:
             log_level=self.config.mcpvisor.log_level,
         )
         env = dict(os.environ) | {worker_spec.ENV_VAR: worker_spec.encode(spec)}
-        return Launch([sys.executable, "-P", "-m", "mcpvisor.workers"], env, self.log_dir / f"{server}.worker.log")
+        log_path = self.log_dir / f"{log_stem(worker)}.worker.log"
+        return Launch([sys.executable, "-P", "-m", "mcpvisor.workers"], env, log_path)
 
     def _add_program(self, name: str, launch: Launch, policy: Policy, spawner: Spawner | None = None) -> Program:
         program = Program(name, launch, policy, self._state_changed, needs_report=True, spawner=spawner)
@@ -176,9 +198,50 @@ class Supervisor:
         self._nursery.start_soon(program.serve)
         return program
 
-    def _add_worker(self, server: str) -> Program:
-        policy = self.config.servers[server].policy
-        return self._add_program(worker_name(server), self.worker_launch(server), policy, self.forkserver)
+    def _add_worker(self, worker: str) -> Program:
+        policy = self.config.servers[server_of(worker)].policy
+        return self._add_program(worker_name(worker), self.worker_launch(worker), policy, self.forkserver)
+
+    @property
+    def on_demand(self) -> bool:
+        """Workers start on their first use (tenants are configured), not with mcpvisor."""
+        return bool(self.config.tenants)
+
+    def worker_ids(self) -> list[str]:
+        return desired_workers(self.config)
+
+    def _start_workers(self, workers: list[str], *, running_before: set[str] = frozenset()) -> None:
+        """Add these workers; start those that start with mcpvisor, or were running before a change."""
+        for worker in workers:
+            program = self._add_worker(worker)
+            if not self.on_demand or worker in running_before:
+                program.start()
+            else:
+                program.idle = True
+
+    async def start_pool(self, tenant: str) -> list[str]:
+        """Start the workers of a tenant ("" : the plain ones) that are not running; their ids."""
+        started = []
+        for worker in self.worker_ids():
+            if worker.rpartition("/")[0] != tenant:
+                continue
+            program = self.programs.get(worker_name(worker))
+            if program is not None and not program.want_running:
+                program.idle = False
+                program.start()
+                started.append(worker)
+        return started
+
+    async def stop_idle(self, tenant: str) -> list[str]:
+        """Stop the running workers of a tenant that went idle; their ids."""
+        stopping = []
+        for worker in self.worker_ids():
+            program = self.programs.get(worker_name(worker))
+            if worker.rpartition("/")[0] == tenant and program is not None and program.want_running:
+                program.idle = True
+                stopping.append(program)
+        await self.stop_programs(stopping)
+        return [self.display_name(program) for program in stopping]
 
     async def _remove_programs(self, names: list[str]) -> None:
         """Stop these programs (all at once) and forget them."""
@@ -439,10 +502,13 @@ class Supervisor:
         # Tell the frontend first: a disabled or removed server disappears from clients' lists
         # now, not after its worker has finished stopping.
         self.publish_config()
-        await self._remove_programs([worker_name(name) for name in diff.removed + diff.changed])
-        for name in diff.added + diff.changed:
-            if new.servers[name].enabled:
-                self._add_worker(name).start()
+        old_ids = {name.removeprefix(WORKER_PREFIX) for name in self.programs if name.startswith(WORKER_PREFIX)}
+        new_ids = set(desired_workers(new))
+        touched = set(diff.changed) | set(diff.removed)
+        leaving = sorted(w for w in old_ids if w not in new_ids or server_of(w) in touched)
+        running = {w for w in leaving if self.programs[worker_name(w)].want_running}
+        await self._remove_programs([worker_name(w) for w in leaving])
+        self._start_workers(sorted(new_ids - (old_ids - set(leaving))), running_before=running)
         frontend = self.programs.get(FRONTEND)
         if frontend is not None:
             frontend.launch = self.frontend_launch()
@@ -469,9 +535,7 @@ class Supervisor:
             frontend.launch = self.frontend_launch()
             await self.stop_programs([frontend])
             frontend.start()
-            for name, server in new.servers.items():
-                if server.enabled:
-                    self._add_worker(name).start()
+            self._start_workers(desired_workers(new))
             self.publish_config()
 
     async def change_server(self, name: str, server: ServerConfig | None) -> None:
@@ -503,9 +567,7 @@ class Supervisor:
                 nursery.start_soon(self.forkserver.serve)
                 nursery.start_soon(self._serve_systemd_watchdog)
                 self._add_program(FRONTEND, self.frontend_launch(), FRONTEND_POLICY).start()
-                for name, server in self.config.servers.items():
-                    if server.enabled:
-                        self._add_worker(name).start()
+                self._start_workers(desired_workers(self.config))
                 log.info(
                     "mcpvisor started: %d servers, listening on %s, control at %s",
                     sum(1 for s in self.config.servers.values() if s.enabled),

@@ -160,3 +160,8 @@ def tail_lines(path: Path, lines: int) -> list[str]:
             data = file.read(end - start) + data
             end = start
     return [line.decode("utf-8", "replace") for line in data.splitlines()[-lines:]]
+
+
+def log_stem(worker: str) -> str:
+    """A worker id as a file name: `github`, or `alice@github` for tenant alice's worker of github."""
+    return worker.replace("/", "@")

@@ -26,7 +26,7 @@ from pydantic import TypeAdapter, ValidationError
 from mcpvisor.wire import lifetime
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
-from mcpvisor.wire.logs import RotatingFile, tail_lines
+from mcpvisor.wire.logs import RotatingFile, log_stem, tail_lines
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers.routing_headers import stamp_routing_headers
@@ -180,7 +180,7 @@ class Upstream:
         self._lost_reason = ""
         self._rediscover = trio.Event()
         self._channel: StdioChannel | None = None
-        self._stderr_log = RotatingFile(log_dir / f"{name.replace('/', '.')}.stderr.log")
+        self._stderr_log = RotatingFile(log_dir / f"{log_stem(name)}.stderr.log")
         self.discoveries = 0  # how many discoveries ran (observable in tests and status)
         self.tool_count = 0
         self.connect_seconds = 0.0

@@ -248,6 +248,7 @@ def load_all() -> dict[str, CommandSpec]:
         inspect,
         pending,
         pid,
+        pool,
         reload,
         reread,
         restart,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mcpvisor.supervisor.commands import EXIT_NOT_RUNNING, EXIT_OK, Names, command
+from mcpvisor.supervisor.commands import EXIT_NOT_RUNNING, EXIT_OK, EXIT_UNKNOWN, Args, CommandError, command
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -32,13 +32,32 @@ def exit_code(rows: list[dict[str, Any]]) -> int:
     return EXIT_OK if all(row["state"] == "RUNNING" for row in rows) else EXIT_NOT_RUNNING
 
 
-@command("status", args=Names, usage="status [NAME...]", render=render, exit_code=exit_code)
-async def status(sup: Supervisor, args: Names) -> list[dict[str, Any]]:
+class StatusArgs(Args):
+    names: list[str] = []
+    tenant: str | None = None
+
+
+@command(
+    "status",
+    args=StatusArgs,
+    options={"--tenant": "tenant"},
+    usage="status [--tenant TENANT] [NAME...]",
+    render=render,
+    exit_code=exit_code,
+)
+async def status(sup: Supervisor, args: StatusArgs) -> list[dict[str, Any]]:
     """Show every process (or NAME...): state, pid and uptime, and each upstream's state and tools.
 
-    Disabled servers are listed as STOPPED. Exits 3 when something is not running, 4 for an
-    unknown name.
+    A tenant's workers are named TENANT/SERVER; --tenant shows only that tenant's. Disabled
+    servers are listed as STOPPED, a tenant's workers that are not in use as STOPPED (idle).
+    Exits 3 when something is not running, 4 for an unknown name or tenant.
     """
+    if args.tenant is not None:
+        if args.tenant not in sup.config.tenants:
+            raise CommandError(f"{args.tenant}: no such tenant", EXIT_UNKNOWN)
+        prefix = f"{args.tenant}/"
+        rows = [sup.status_row(p) for p in sup.programs.values() if sup.display_name(p).startswith(prefix)]
+        return sorted(rows, key=lambda row: row["name"])
     if args.names:
         return [sup.status_row(program) for program in sup.resolve(args.names, allow_all=True)]
     rows = [sup.status_row(program) for program in sup.programs.values()]

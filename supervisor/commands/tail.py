@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
-from mcpvisor.wire.logs import tail_lines
+from mcpvisor.wire.logs import log_stem, tail_lines
 from mcpvisor.wire.redaction import redact_secrets
 
 if TYPE_CHECKING:
@@ -22,9 +22,9 @@ def log_files(sup: Supervisor, name: str) -> dict[str, Path]:
     """The log files of a process: the worker's own, and the upstream's stderr."""
     if name == "frontend":
         return {"frontend": sup.log_dir / "frontend.log"}
-    if name not in sup.config.servers:
+    if name not in sup.worker_ids():
         raise CommandError(f"{name}: no such server", EXIT_UNKNOWN)
-    stem = name.replace("/", ".")
+    stem = log_stem(name)
     return {"worker": sup.log_dir / f"{stem}.worker.log", "stderr": sup.log_dir / f"{stem}.stderr.log"}
 
 
