@@ -43,7 +43,7 @@ def test_words_fill_fields_in_order_and_flags_take_the_next_word() -> None:
         ("tail", ["time", "--from", "worker=x"], "tail: bad argument --from: expected `int`"),
         ("tail", [], "tail: missing argument NAME (usage: tail [-f] NAME [worker|stderr] [-n LINES])"),
         ("tail", ["time", "worker", "more"], "tail: unexpected argument 'more'"),
-        ("status", ["--verbose"], "status: unknown option '--verbose' (options: none)"),
+        ("status", ["--verbose"], "status: unknown option '--verbose' (options: --tenant)"),
         ("enable", [], "enable: missing argument NAME"),
         ("shutdown", ["now"], "shutdown: unexpected argument 'now'"),
         ("inspect", ["a", "b"], "inspect: unexpected argument 'b'"),
