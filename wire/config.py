@@ -49,6 +49,26 @@ class Policy(_Strict):
     max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 64
 
 
+class UpstreamOAuth(_Strict):
+    """A server's `oauth` table: the client mcpvisor is at the upstream's authorization server.
+
+    All optional: without it mcpvisor registers itself (a Client ID Metadata Document, else
+    dynamic registration) when the upstream asks for a login.
+    """
+
+    client_id: str | None = None  # registered by the operator where the server offers no registration
+    client_secret: str | None = None  # a secret reference only: ${env:NAME} or ${file:PATH}
+    scopes: list[str] = []  # asked for when the server names none
+    client_metadata_url: str | None = None  # an https URL serving this client's metadata document
+
+    def __post_init__(self) -> None:
+        if self.client_secret is not None and not SECRET_REFERENCE.fullmatch(self.client_secret):
+            raise ValueError("oauth.client_secret must be a reference (${env:NAME} or ${file:PATH}), not the secret")
+
+
+SECRET_REFERENCE = re.compile(r"\$\{(env|file):[^}]+\}")
+
+
 class ServerConfig(_Strict):
     """One upstream MCP server: a command (stdio) or a URL (streamable HTTP or SSE)."""
 
@@ -63,6 +83,7 @@ class ServerConfig(_Strict):
     quarantined: bool = False
     endpoint: bool | None = None  # /mcp/servers/NAME; None follows [mcpvisor].enable_server_endpoints
     policy: Policy = msgspec.field(default_factory=Policy)
+    oauth: UpstreamOAuth | None = None  # a remote server that needs a login (`mcpvisor ctl login NAME`)
 
     @property
     def kind(self) -> Literal["stdio", "streamable-http", "sse"]:
