@@ -252,6 +252,7 @@ def load_all() -> dict[str, CommandSpec]:
         reload,
         reread,
         restart,
+        server_admin,
         server_propose,
         server_quarantine,
         shutdown,
