@@ -26,7 +26,14 @@ RequestHandler = Callable[[OperatorRequest], Awaitable[OperatorReply]]
 
 
 class ControlError(Exception):
-    """The supervisor refused a command or did not answer; the message is safe to show a client."""
+    """The supervisor refused a command or did not answer; the message is safe to show a client.
+
+    `exit_code` is the command's LSB code (2 a bad argument, 4 an unknown name), 1 when none came.
+    """
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class ControlClient:
@@ -50,7 +57,7 @@ class ControlClient:
             except trio.TooSlowError:
                 raise ControlError(f"the supervisor did not answer '{name}' within {self.timeout:g}s") from None
         if not reply.ok:
-            raise ControlError(reply.error)
+            raise ControlError(reply.error, reply.exit_code or 1)
         return reply.result
 
     async def serve(self, on_request: RequestHandler | None = None) -> None:
