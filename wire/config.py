@@ -159,6 +159,20 @@ class OAuthResourceConfig(_Strict):
     algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "PS256", "EdDSA"])
     leeway: Seconds = 30.0  # clock skew allowed on exp/nbf/iat
 
+    def __post_init__(self) -> None:
+        # `none` and the HMAC family would let anyone holding the issuer's public key forge tokens.
+        refused = [alg for alg in self.algorithms if alg not in JWT_ALGORITHMS]
+        if refused:
+            raise ValueError(
+                f"oauth.algorithms: {refused[0]!r} is not accepted; use public-key algorithms of: "
+                + ", ".join(JWT_ALGORITHMS)
+            )
+        if not self.algorithms:
+            raise ValueError("oauth.algorithms must name at least one algorithm")
+
+
+JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA", "Ed25519")
+
 
 REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
