@@ -205,9 +205,13 @@ async def open_stack(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     tables: Mapping[str, Any] | None = None,
+    port: int | None = None,
 ) -> AsyncIterator[Stack]:
-    """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards."""
-    port = free_port()
+    """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards.
+
+    `port`: listen there rather than on a free port picked here, for configs that name their own URL.
+    """
+    port = port or free_port()
     data_dir = tmp_path / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     # ipc:// paths are limited to ~100 bytes: keep the runtime dir short.
