@@ -7,8 +7,6 @@ import logging
 import os
 import signal
 import sys
-from contextlib import AsyncExitStack
-from pathlib import Path
 
 import trio
 import zmq
@@ -19,31 +17,26 @@ from mcpvisor.frontend.door.catalog import Catalog
 from mcpvisor.frontend.door.control import ControlClient
 from mcpvisor.frontend.door.gatekeeper import Gate
 from mcpvisor.frontend.door.metrics import Metrics
-from mcpvisor.frontend.door.rounds import ROUND_TTL, Rounds
-from mcpvisor.frontend.door.router import Router
-from mcpvisor.frontend.door.search import ToolIndex
-from mcpvisor.frontend.door.upstreams import Upstreams
-from mcpvisor.frontend.endpoints.app import FrontendApp
-from mcpvisor.frontend.endpoints.clients import Clients
-from mcpvisor.frontend.endpoints.direct import build_direct_server
+from mcpvisor.frontend.door.router import MergedCatalog, Router
+from mcpvisor.frontend.endpoints.app import Gateway
+from mcpvisor.frontend.endpoints.auth import Authenticator
 from mcpvisor.frontend.endpoints.operator import Operator
-from mcpvisor.frontend.endpoints.search_first import build_search_server
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.gate.approvals import ToolApprovals
-from mcpvisor.wire.state_db import open_state_db
-from mcpvisor.frontend.tools.builtins import Builtins
-from mcpvisor.frontend.tools.response_cache import ResponseCache
+from mcpvisor.frontend.stacks import Shared, Stacks
 from mcpvisor.wire import codec, frontend_spec, lifetime, logs
 from mcpvisor.wire.config import parse_listen
 from mcpvisor.wire.inbox import serve_messages
 from mcpvisor.wire.messages import ConfigChanged, EventMessage, ProcessEvent, Report
+from mcpvisor.wire.state_db import open_state_db
 from mcpvisor.wire.states import ProcessState
+from mcpvisor.wire.tokens import TokenStore
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger("mcpvisor.frontend")
 
 
-async def serve_events(sock: ZSocket, upstreams: Upstreams, clients: Clients) -> None:
+async def serve_events(sock: ZSocket, router: Router, stacks: Stacks) -> None:
     """Follow the supervisor: fail calls to a worker the moment it stops; take in config changes."""
 
     async def handle(_topic: list[bytes], event: EventMessage, _payload: bytes | None) -> None:
@@ -55,11 +48,9 @@ async def serve_events(sock: ZSocket, upstreams: Upstreams, clients: Clients) ->
                 ProcessState.BACKOFF,
                 ProcessState.FATAL,
             ):
-                upstreams.router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
+                router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
             case ConfigChanged():
-                upstreams.apply_config(event.servers)
-                upstreams.reindex()
-                clients.changed()
+                stacks.config_changed(event.servers)
 
     await serve_messages(sock, codec.events, handle, envelope=1, what="event")
 
@@ -95,21 +86,16 @@ async def run(
     control_client = ControlClient(control)
     db = open_state_db(spec.data_dir)
     catalog = Catalog(settings.direct_tool_names)
-
-    def catalog_changed(server: str) -> None:
-        upstreams.reindex(server)
-        clients.changed()
-        app.servers.changed(server)
-
-    async def upstream_notified(server: str, method: str, payload: bytes) -> None:
-        await clients.on_upstream_notification(server, method, payload)
-        await app.servers.on_upstream_notification(server, method, payload)
-
-    router = Router(calls, catalog, catalog_changed, on_notification=upstream_notified)
-    upstreams = Upstreams(
-        settings,
-        spec.servers,
-        catalog=catalog,
+    router = Router(
+        calls,
+        catalog,
+        lambda worker: stacks.catalog_changed(worker),
+        on_notification=lambda worker, method, payload: stacks.upstream_notified(worker, method, payload),
+    )
+    shared = Shared(
+        settings=settings,
+        servers=spec.servers,
+        tenants=spec.tenants,
         router=router,
         gate=Gate(ToolApprovals(db)),
         activity=ActivityLog(
@@ -118,25 +104,31 @@ async def run(
             retention_days=settings.activity_retention_days,
             max_rows=settings.activity_max_rows,
         ),
-        index=ToolIndex(cache_dir=Path(spec.data_dir) if spec.data_dir else None),
-        rounds=Rounds(ROUND_TTL),
         metrics=Metrics(catalog, status=lambda: control_client.call("status")),
-    )
-    clients = Clients(upstreams)
-    operator = Operator(
-        servers=lambda: upstreams.servers,
-        catalog=catalog,
-        approvals=upstreams.gate.approvals,
         control=control_client,
-        changed=catalog_changed,
+        host=host,
+        data_dir=spec.data_dir,
+        config_path=spec.config_path,
+        registries=spec.registries,
     )
-    builtins = Builtins(
-        upstreams, control_client, ResponseCache(), registries=spec.registries, config_path=spec.config_path
+    services: trio.Nursery | None = None
+
+    def nursery_of() -> trio.Nursery:
+        assert services is not None
+        return services
+
+    stacks = Stacks(shared, nursery_of)
+    operator = Operator(
+        servers=lambda: shared.servers,
+        catalog=MergedCatalog(router.catalogs),
+        approvals=shared.gate.approvals,
+        control=control_client,
+        changed=stacks.changed,
     )
-    endpoints = {"/mcp": build_search_server(builtins)}
-    if settings.enable_direct_endpoint:
-        endpoints["/mcp/direct"] = build_direct_server(upstreams, clients, builtins)
-    app = FrontendApp(upstreams, endpoints, host, settings.max_body_bytes, metrics=upstreams.metrics)
+    authenticator = None
+    if spec.tenants or spec.oauth is not None:
+        authenticator = Authenticator(TokenStore(db), spec.tenants)
+    app = Gateway(stacks, host, settings.max_body_bytes, authenticator=authenticator, metrics=shared.metrics)
 
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
@@ -144,25 +136,24 @@ async def run(
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
     try:
-        async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
-            await app.run(stack)
+        async with trio.open_nursery() as nursery:
+            services = nursery
             nursery.start_soon(router.serve)
-            nursery.start_soon(upstreams.activity.serve_pruning)
-            nursery.start_soon(serve_events, events, upstreams, clients)
-            nursery.start_soon(clients.serve_notifications)
-            await nursery.start(upstreams.rounds.serve)
-            await nursery.start(upstreams.serve_index)
-            await nursery.start(app.servers.serve)
+            nursery.start_soon(shared.activity.serve_pruning)
+            nursery.start_soon(serve_events, events, router, stacks)
+            # The plain stack serves the workstation (and operators when there are tenants).
+            plain = await stacks.of("")
             nursery.start_soon(control_client.serve, operator.answer)
             binds = await nursery.start(hypercorn_serve, app, config)
             nursery.start_soon(serve_reports, control)
-            log.info("serving MCP on %s (endpoints: %s)", ", ".join(binds), ", ".join(endpoints) or "none")
+            log.info(
+                "serving MCP on %s (endpoints: %s%s)",
+                ", ".join(binds),
+                ", ".join(plain.endpoints) or "none",
+                f"; {len(spec.tenants)} tenants" if spec.tenants else "",
+            )
             task_status.started()
     finally:
-        with trio.CancelScope(shield=True):
-            await builtins.aclose()
-        with contextlib.suppress(OSError):
-            upstreams.index.save_cache()  # the next start need not embed these tools again
         db.close()
         calls.close()
         events.close()

@@ -8,7 +8,7 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -16,7 +16,7 @@ import trio
 import zmq
 
 from mcpvisor.frontend.door.calls import AskFailed, ClientCall
-from mcpvisor.frontend.door.catalog import Catalog
+from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.messages import (
@@ -31,6 +31,7 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
+from mcpvisor.wire.oauth_store import CALLBACK_METHOD
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,84 @@ class _Pending:
             self.done.set()
 
 
+class Catalogs:
+    """One catalog per tenant: worker `tenant/server` reports into tenant's catalog as `server`.
+
+    Workers without a tenant (`server`) report into the catalog of prefix "". A tenant's catalog
+    knows nothing of another's, so no lookup in it can find another tenant's server.
+    """
+
+    def __init__(self, plain: Catalog) -> None:
+        self.name_style = plain.name_style
+        self._by_tenant: dict[str, Catalog] = {"": plain}
+
+    def of_tenant(self, tenant: str) -> Catalog:
+        catalog = self._by_tenant.get(tenant)
+        if catalog is None:
+            catalog = self._by_tenant[tenant] = Catalog(self.name_style)
+        return catalog
+
+    def locate(self, worker: str) -> tuple[Catalog, str]:
+        """The catalog that holds `worker` and the worker's name there."""
+        tenant, _, local = worker.rpartition("/")
+        return self.of_tenant(tenant), local
+
+    def workers(self) -> Iterator[tuple[str, ServerView]]:
+        """Every worker known, by its full id."""
+        for tenant, catalog in list(self._by_tenant.items()):
+            for view in list(catalog.servers.values()):
+                yield (f"{tenant}/{view.id}" if tenant else view.id), view
+
+
+class MergedCatalog:
+    """Every catalog seen as one, by server name: what the operator inspects and approves.
+
+    Pins are per server name, for every tenant; a server's definitions are taken from the plain
+    worker when it is up, else from any tenant's worker of it that is.
+    """
+
+    def __init__(self, catalogs: Catalogs) -> None:
+        self.catalogs = catalogs
+
+    @property
+    def servers(self) -> dict[str, ServerView]:
+        merged: dict[str, ServerView] = {}
+        for _worker, view in self.catalogs.workers():
+            held = merged.get(view.id)
+            if held is None or (view.ready and not held.ready):
+                merged[view.id] = view
+        return merged
+
+    def ready_servers(self) -> list[ServerView]:
+        return [view for view in self.servers.values() if view.ready]
+
+    def describe_unavailable(self, server: str) -> str:
+        return Catalog.describe_unavailable(self, server)  # type: ignore[arg-type]  # it reads `servers` alone
+
+
+class TenantRouter:
+    """A tenant's side of the router: the tenant's server names, its own workers."""
+
+    def __init__(self, router: Router, tenant: str) -> None:
+        self.router = router
+        self.prefix = f"{tenant}/"
+
+    async def request(
+        self,
+        worker: str,
+        method: str,
+        params: dict[str, Any],
+        timeout: float,
+        call: ClientCall | None = None,
+        *,
+        activity_id: str = "",
+    ) -> bytes:
+        return await self.router.request(self.prefix + worker, method, params, timeout, call, activity_id=activity_id)
+
+    def fail_worker(self, worker: str, reason: str) -> None:
+        self.router.fail_worker(self.prefix + worker, reason)
+
+
 class Router:
     """Sends requests to workers by identity and matches replies to them."""
 
@@ -80,7 +159,8 @@ class Router:
         self._on_notification = on_notification or _ignore
         self._nursery: trio.Nursery | None = None
         self.sock = sock
-        self.catalog = catalog
+        self.catalog = catalog  # the catalog of workers without a tenant
+        self.catalogs = Catalogs(catalog)
         self._on_catalog_change = on_catalog_change
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
@@ -104,13 +184,15 @@ class Router:
         With `call`, the upstream's progress, logs and questions during the request go back to
         that client; its progress token is replaced by this request's id, unique across clients.
         """
-        view = self.catalog.servers.get(worker)
-        if view is None or not view.ready:
-            raise WireError(ErrorCode.SERVER_UNAVAILABLE, self.catalog.describe_unavailable(worker))
+        catalog, name = self.catalogs.locate(worker)
+        view = catalog.servers.get(name)
+        # A login's redirect goes to a worker that is still waiting for it (authenticating).
+        if view is None or not (view.ready or (view.alive and method == CALLBACK_METHOD)):
+            raise WireError(ErrorCode.SERVER_UNAVAILABLE, catalog.describe_unavailable(name))
         if self._inflight[worker] >= self.max_inflight:
             raise WireError(
                 ErrorCode.BUSY,
-                f"server '{worker}' already has {self.max_inflight} calls in flight; retry shortly",
+                f"server '{name}' already has {self.max_inflight} calls in flight; retry shortly",
             )
         request_id = next(self._ids)
         pending = self._pending[request_id] = _Pending(worker, call, timeout)
@@ -129,14 +211,14 @@ class Router:
                 await self.sock.send_multipart(frames)
             except zmq.ZMQError as exc:
                 if exc.errno == errno.EHOSTUNREACH:
-                    raise WireError(ErrorCode.SERVER_UNAVAILABLE, self.catalog.describe_unavailable(worker)) from None
+                    raise WireError(ErrorCode.SERVER_UNAVAILABLE, catalog.describe_unavailable(name)) from None
                 raise
             with trio.move_on_after(timeout + _GRACE) as deadline:
                 pending.deadline = deadline
                 await pending.done.wait()
             if deadline.cancelled_caught:
                 self._send_cancel(worker, request_id, "timeout")
-                raise WireError(ErrorCode.TIMEOUT, f"no answer from server '{worker}' within {timeout:g}s")
+                raise WireError(ErrorCode.TIMEOUT, f"no answer from server '{name}' within {timeout:g}s")
         except trio.Cancelled:
             # The client went away or cancelled: tell the worker so the upstream stops too.
             if not pending.done.is_set():
@@ -159,11 +241,12 @@ class Router:
 
     def fail_worker(self, worker: str, reason: str) -> None:
         """Fail every call in flight to `worker` at once, and hide its catalog."""
-        error = WireError(ErrorCode.UPSTREAM_GONE, f"server '{worker}' stopped while the call was running ({reason})")
+        catalog, name = self.catalogs.locate(worker)
+        error = WireError(ErrorCode.UPSTREAM_GONE, f"server '{name}' stopped while the call was running ({reason})")
         for pending in self._pending.values():
             if pending.worker == worker:
                 pending.settle(error)
-        if self.catalog.mark_gone(worker, reason):
+        if catalog.mark_gone(name, reason):
             self._on_catalog_change(worker)
 
     # -- receiving -------------------------------------------------------------------------------
@@ -221,8 +304,9 @@ class Router:
                 if (pending := self._pending.get(msg.id)) is not None:
                     pending.settle(WireError(msg.code, msg.message, mcp_code=msg.mcp_code))
             case Snapshot():
-                changed = self.catalog.apply_snapshot(
-                    worker,
+                catalog, name = self.catalogs.locate(worker)
+                changed = catalog.apply_snapshot(
+                    name,
                     pid=msg.pid,
                     catalog_seq=msg.catalog_seq,
                     state=msg.state,
@@ -238,7 +322,8 @@ class Router:
                 assert self._nursery is not None
                 self._nursery.start_soon(self._answer, worker, msg, payload)
             case Heartbeat():
-                view = self.catalog.view(worker)
+                catalog, name = self.catalogs.locate(worker)
+                view = catalog.view(name)
                 view.last_seen = time.monotonic()
                 if msg.catalog_seq != view.catalog_seq or msg.pid != view.pid or not view.alive:
                     self._request_snapshot(worker)
@@ -255,7 +340,7 @@ class Router:
         while True:
             await trio.sleep(1.0)
             now = time.monotonic()
-            for view in list(self.catalog.servers.values()):
+            for worker, view in list(self.catalogs.workers()):
                 if view.alive and now - view.last_seen > HEARTBEAT_TIMEOUT:
-                    log.warning("worker %s missed its heartbeats", view.id)
-                    self.fail_worker(view.id, "it stopped answering")
+                    log.warning("worker %s missed its heartbeats", worker)
+                    self.fail_worker(worker, "it stopped answering")

@@ -113,7 +113,9 @@ class Upstreams:
         index: ToolIndex,
         rounds: Rounds,
         metrics: Metrics | None = None,
+        tenant: str = "",
     ) -> None:
+        self.tenant = tenant  # whose door this is ("": the servers without a tenant)
         self.settings = settings
         self.servers = servers
         self.catalog = catalog
@@ -152,6 +154,10 @@ class Upstreams:
             id(self.servers),
             id(self.settings),
         )
+
+    def worker_id(self, server: str) -> str:
+        """The id of the worker that runs `server` for this door's tenant (metrics, operator views)."""
+        return f"{self.tenant}/{server}" if self.tenant else server
 
     def call_timeout(self, server: str) -> float:
         config = self.servers.get(server)
@@ -377,9 +383,10 @@ class Upstreams:
                 arguments=params.get("arguments"),
                 result=result,
                 trace=trace_context(call, params),
+                tenant=self.tenant,
             )
             if self.metrics is not None:
-                self.metrics.call_done(target.server, via, outcome, duration)
+                self.metrics.call_done(self.worker_id(target.server), via, outcome, duration)
 
         refusal = self.gate.refusal(target, self.catalog)
         if refusal is None and target.destructive and not destructive:
@@ -390,7 +397,7 @@ class Upstreams:
         if refusal is not None:
             record("blocked")
             raise Refused(refusal)
-        in_flight = self.metrics.in_flight.labels(target.server) if self.metrics is not None else None
+        in_flight = self.metrics.in_flight.labels(self.worker_id(target.server)) if self.metrics is not None else None
         try:
             if in_flight is not None:
                 in_flight.inc()
@@ -433,6 +440,7 @@ class Upstreams:
                 arguments=params.get("arguments") if kind == "prompt" else None,
                 result=result,
                 trace=trace_context(call, params),
+                tenant=self.tenant,
             )
 
         try:

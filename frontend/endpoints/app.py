@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -14,13 +14,20 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
 from mcpvisor.frontend.door.upstreams import Upstreams
+from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
 from mcpvisor.frontend.endpoints.boundary import Boundary, replay
 from mcpvisor.frontend.endpoints.direct import shortcuts_of
 from mcpvisor.frontend.endpoints.fastpath import FastPath
+from mcpvisor.frontend.endpoints.limits import TenantLimits
+from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
+from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
 from mcpvisor.frontend.endpoints.session_path import SessionPath
 from mcpvisor.wire.trust import is_loopback
+
+if TYPE_CHECKING:
+    from mcpvisor.frontend.stacks import Stacks
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +80,7 @@ def _modern(scope: Scope) -> bool:
 
 
 class FrontendApp:
-    """Dispatches requests by path to the MCP endpoints and the health endpoint."""
+    """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py)."""
 
     def __init__(
         self,
@@ -82,14 +89,11 @@ class FrontendApp:
         host: str,
         max_body: int,
         *,
-        local_users_only: bool = True,
         metrics: Metrics | None = None,
     ) -> None:
         self.upstreams = upstreams
         self.metrics = metrics
         security = _security(host)
-        # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
-        self.boundary = Boundary(local_users_only=local_users_only and is_loopback(host), max_body=max_body)
         self.fast = FastPath(
             upstreams,
             max_body=max_body,
@@ -130,6 +134,52 @@ class FrontendApp:
         for manager in self._managers.values():
             await stack.enter_async_context(manager.run())
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Serve a request the gateway admitted; False when no endpoint of this stack is at its path."""
+        path = scope["path"].rstrip("/") or "/"
+        if (app := self._apps.get(path)) is not None:
+            if path == "/mcp/direct":
+                short = self.fast if self.sessions is None or _modern(scope) else self.sessions
+                answered, body = await short(scope, receive, send)
+                if answered:
+                    return True
+                if body:
+                    receive = replay(body, receive)
+            await app(scope, receive, send)
+            return True
+        if path.startswith(SERVERS_PREFIX) and (app := await self.servers.app_for(path[len(SERVERS_PREFIX) :])):
+            await app(scope, receive, send)
+            return True
+        return False
+
+    def endpoints(self) -> list[str]:
+        return sorted(self._apps)
+
+
+class Gateway:
+    """The HTTP listener's app: who is asking (the boundary), then that tenant's stack.
+
+    Health, metrics and the admin surfaces are answered here, before any stack is chosen.
+    """
+
+    def __init__(
+        self,
+        stacks: Stacks,
+        host: str,
+        max_body: int,
+        *,
+        local_users_only: bool = True,
+        authenticator: Authenticator | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.stacks = stacks
+        self.metrics = metrics
+        # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
+        self.boundary = Boundary(
+            local_users_only=local_users_only and is_loopback(host), max_body=max_body, authenticator=authenticator
+        )
+        self.limits = TenantLimits(stacks.shared.tenants)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
@@ -141,27 +191,54 @@ class FrontendApp:
         if (admitted := await self.boundary(scope, receive, send)) is None:
             return
         receive = admitted
+        principal = principal_of(scope)
         path = scope["path"].rstrip("/") or "/"
-        if (app := self._apps.get(path)) is not None:
-            if path == "/mcp/direct":
-                short = self.fast if self.sessions is None or _modern(scope) else self.sessions
-                answered, body = await short(scope, receive, send)
-                if answered:
-                    return
-                if body:
-                    receive = replay(body, receive)
-            await app(scope, receive, send)
-        elif path.startswith(SERVERS_PREFIX) and (app := await self.servers.app_for(path[len(SERVERS_PREFIX) :])):
-            await app(scope, receive, send)
-        elif path == "/healthz":
-            await _send_json(send, 200, self._health())
-        elif path == "/metrics" and self.metrics is not None:
+        if path == "/healthz":
+            await _send_json(send, 200, self._health(principal))
+            return
+        if path == OAUTH_CALLBACK:
+            return await serve_oauth_callback(self.stacks.shared.router, self.stacks.shared.servers, scope, send)
+        if path == "/metrics" and self.metrics is not None:
+            if principal is None or not principal.admin:
+                await _send_json(send, 403, {"error": "forbidden", "message": "metrics are for operators"})
+                return
             body, content_type = await self.metrics.render()
             headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
-        else:
-            await _send_json(send, 404, {"error": f"no endpoint at {path}", "endpoints": sorted(self._apps)})
+            return
+        if principal is None or not path.startswith("/mcp"):
+            await self._not_found(send, path)
+            return
+        tenant = principal.tenant or ""
+        if path.startswith(SERVERS_PREFIX) and path.count("/") == 4:
+            # /mcp/servers/TENANT/NAME: a tenant's own worker of NAME, under its own names. Another
+            # tenant's path answers as a server that does not exist would.
+            owner, _, name = path[len(SERVERS_PREFIX) :].partition("/")
+            if owner != tenant and not (principal.admin and owner in self.stacks.shared.tenants):
+                await self._not_found(send, path)
+                return
+            tenant = owner
+            scope = {**scope, "path": f"{SERVERS_PREFIX}{name}", "raw_path": f"{SERVERS_PREFIX}{name}".encode()}
+        stack = await self.stacks.of(tenant)
+        refusal = self.limits.admit(tenant, scope)
+        if refusal is not None:
+            await refusal.send(send)
+            return
+        stack.in_flight += 1
+        try:
+            await stack.in_use()
+            if not await stack.app(scope, receive, send):
+                await self._not_found(send, path)
+        finally:
+            stack.in_flight -= 1
+            self.limits.done(tenant, scope)
+
+    async def _not_found(self, send: Send, path: str) -> None:
+        # Every stack has the same endpoints; every 404 looks the same, whoever asks and why.
+        plain = self.stacks.get("")
+        endpoints = plain.app.endpoints() if plain is not None else []
+        await _send_json(send, 404, {"error": f"no endpoint at {path}", "endpoints": endpoints})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -172,10 +249,15 @@ class FrontendApp:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def _health(self) -> dict[str, Any]:
+    def _health(self, principal: Principal | None) -> dict[str, Any]:
+        """Liveness for anyone; the servers' states only for an operator (they name every server)."""
+        if principal is None or not principal.admin:
+            return {"status": "ok"}
         servers = {
-            view.id: {"state": str(view.state), "alive": view.alive, "tools": len(view.tools)}
-            for view in self.upstreams.catalog.servers.values()
+            worker: {"state": str(view.state), "alive": view.alive, "tools": len(view.tools)}
+            for worker, view in self.stacks.shared.router.catalogs.workers()
         }
         ready = sum(1 for s in servers.values() if s["alive"] and s["state"] == "ready")
-        return {"status": "ok", "servers_ready": ready, "servers": servers, "search": self.upstreams.index.status}
+        plain = self.stacks.get("")
+        search = plain.upstreams.index.status if plain is not None else "not started"
+        return {"status": "ok", "servers_ready": ready, "servers": servers, "search": search}

@@ -1,8 +1,9 @@
 """What every HTTP request passes before any endpoint sees it: who is asking, and a body that is sane JSON.
 
 Two checks, both cheap and both answered here with a clear 4xx:
-- on a loopback listener without tokens, the connection must come from the user running
-  mcpvisor or root (frontend/endpoints/peer.py);
+- who: with tenants or an issuer, a bearer token (frontend/endpoints/auth.py; 401 otherwise);
+  on a loopback listener without them, the connection must come from the user running
+  mcpvisor or root (frontend/endpoints/peer.py). The principal is left in the scope;
 - a JSON body sent to an MCP endpoint must be there, be UTF-8, hold no lone UTF-16 surrogate,
   nest at most MAX_DEPTH levels and fit in the body limit. Past this boundary the SDK and the fast
   path never meet such a body, so none of it can become a 500 or an internal error.
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
+from mcpvisor.frontend.endpoints.auth import PRINCIPAL_KEY, PUBLIC_PATHS, WORKSTATION, Authenticator, InvalidToken
 from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_uid
 
 log = logging.getLogger(__name__)
@@ -32,20 +34,32 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_DEPTH: Final = 64
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
+BODY_KEY: Final = "mcpvisor.body"  # the JSON body the boundary read, for the tenant limits
 
 
 class Boundary:
     """Admits a request (returning the `receive` to go on with) or answers it with a 4xx (returning None)."""
 
-    def __init__(self, *, local_users_only: bool, max_body: int) -> None:
+    def __init__(self, *, local_users_only: bool, max_body: int, authenticator: Authenticator | None = None) -> None:
         self.local_users_only = local_users_only
         self.max_body = max_body
+        self.authenticator = authenticator
         self._allowed_uids = owner_uids()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
-        if self.local_users_only and (refusal := self._refuse_peer(scope)) is not None:
-            await send_json(send, 403, {"error": "forbidden", "message": refusal})
-            return None
+        if self.authenticator is None:
+            if self.local_users_only and (refusal := self._refuse_peer(scope)) is not None:
+                await send_json(send, 403, {"error": "forbidden", "message": refusal})
+                return None
+            scope[PRINCIPAL_KEY] = WORKSTATION
+        elif not scope["path"].startswith(PUBLIC_PATHS):
+            try:
+                scope[PRINCIPAL_KEY] = await self.authenticator.principal(scope)
+            except InvalidToken as exc:
+                body = {"error": "invalid_token" if exc.given else "unauthorized", "error_description": exc.message}
+                challenge = self.authenticator.challenge(exc.message if exc.given else None)
+                await send_json(send, 401, body, headers=[(b"www-authenticate", challenge)])
+                return None
         if scope["method"] != "POST" or not scope["path"].startswith("/mcp") or not _is_json(scope):
             return receive
         body = await self._read_body(scope, receive)
@@ -55,6 +69,7 @@ class Boundary:
         if (problem := check_json(body)) is not None:
             await send_json(send, 400, _rpc_error(*problem))
             return None
+        scope[BODY_KEY] = body
         return replay(body, receive)
 
     def _refuse_peer(self, scope: Scope) -> str | None:
@@ -159,13 +174,17 @@ def _rpc_error(code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
 
 
-async def send_json(send: Send, status: int, body: object) -> None:
+async def send_json(send: Send, status: int, body: object, *, headers: list[tuple[bytes, bytes]] = ()) -> None:
     data = msgspec.json.encode(body)
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(data)).encode()),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": data})

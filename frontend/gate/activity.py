@@ -169,18 +169,20 @@ class ActivityLog:
         arguments: Any = None,
         result: bytes | None = None,
         trace: tuple[str, str] = ("", ""),
+        tenant: str = "",
     ) -> None:
         """Log one call (`duration` in seconds); a failing disk is logged, never fails the call."""
         keep = self.record_arguments
         try:
             self._db.execute(
-                "INSERT INTO calls (request_id, time, client, endpoint, kind, server, tool, variant, intent,"
+                "INSERT INTO calls (request_id, time, client, tenant, endpoint, kind, server, tool, variant, intent,"
                 " outcome, duration_ms, result_bytes, arguments, result, traceparent, tracestate)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     request_id,
                     time.time(),
                     client,
+                    tenant,
                     endpoint,
                     kind,
                     server,

@@ -1,0 +1,270 @@
+"""One endpoint stack per tenant: isolation by construction.
+
+A tenant's clients reach a stack of their own: its door (`Upstreams`) over the tenant's catalog
+(which only the tenant's workers `tenant/server` report into) and the tenant's servers table, its
+own connections, subscriptions and list_changed fan-out, its own response cache, input rounds,
+search index, page caches and MCP session managers. Nothing a client of one tenant can name (a
+tool, a URI, a cursor, a session id, a cache key, a request state) exists in another tenant's
+stack, so no path needs its own check. What the stacks share is below the door: the router and
+its socket, the gate's pins (keyed by server name, approved by the operator for every tenant),
+the activity log (each row names its tenant) and the embedding model.
+
+Without tenants there is one stack, the plain one (tenant ""), exactly as before. With tenants,
+operators (admin tokens) use the plain stack, whose workers are the plain `server` ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from mcpvisor.frontend.door.control import ControlClient, ControlError
+from mcpvisor.frontend.door.gatekeeper import Gate
+from mcpvisor.frontend.door.metrics import Metrics
+from mcpvisor.frontend.door.rounds import ROUND_TTL, Rounds
+from mcpvisor.frontend.door.router import Router, TenantRouter
+from mcpvisor.frontend.door.search import ToolIndex
+from mcpvisor.frontend.door.upstreams import Upstreams
+from mcpvisor.frontend.endpoints.app import FrontendApp
+from mcpvisor.frontend.endpoints.clients import Clients
+from mcpvisor.frontend.endpoints.direct import build_direct_server
+from mcpvisor.frontend.endpoints.search_first import build_search_server
+from mcpvisor.frontend.gate.activity import ActivityLog
+from mcpvisor.frontend.tools.builtins import Builtins
+from mcpvisor.frontend.tools.response_cache import ResponseCache
+from mcpvisor.wire.config import RegistryConfig, ServerConfig, Settings, TenantConfig
+from mcpvisor.wire.states import UpstreamState
+
+log = logging.getLogger(__name__)
+
+# How long a tenant's first request waits for the tenant's workers to be up (or to have failed).
+START_WAIT = 20.0
+IDLE_CHECK = 5.0  # seconds between checks for an idle tenant
+
+
+@dataclass
+class Shared:
+    """What every stack uses: below the door, and the process's own settings."""
+
+    settings: Settings
+    servers: dict[str, ServerConfig]
+    tenants: Mapping[str, TenantConfig]
+    router: Router
+    gate: Gate
+    activity: ActivityLog
+    metrics: Metrics | None
+    control: ControlClient
+    host: str
+    data_dir: str
+    config_path: str
+    registries: Mapping[str, RegistryConfig]
+
+    @property
+    def on_demand(self) -> bool:
+        """Workers start on use and stop when idle: tenants are configured (supervisor/supervisor.py)."""
+        return bool(self.tenants)
+
+    def servers_of(self, tenant: str) -> dict[str, ServerConfig]:
+        """The servers table a tenant's clients see ("" : every server)."""
+        if not tenant:
+            return self.servers
+        allowed = self.tenants[tenant].servers if tenant in self.tenants else []
+        return {name: self.servers[name] for name in allowed if name in self.servers}
+
+    def idle_stop(self, tenant: str) -> float:
+        table = self.tenants.get(tenant)
+        if table is not None and table.idle_stop is not None:
+            return table.idle_stop
+        return self.settings.tenant_idle_stop
+
+
+class Stack:
+    """One tenant's endpoints, door and built-in tools."""
+
+    def __init__(self, tenant: str, shared: Shared) -> None:
+        self.tenant = tenant
+        self.shared = shared
+        settings = shared.settings
+        self.upstreams = Upstreams(
+            settings,
+            shared.servers_of(tenant),
+            catalog=shared.router.catalogs.of_tenant(tenant),
+            router=TenantRouter(shared.router, tenant) if tenant else shared.router,
+            gate=shared.gate,
+            activity=shared.activity,
+            # Only the plain stack keeps its vectors on disk: one file, one writer.
+            index=ToolIndex(cache_dir=Path(shared.data_dir) if shared.data_dir and not tenant else None),
+            rounds=Rounds(ROUND_TTL),
+            metrics=shared.metrics,
+            tenant=tenant,
+        )
+        self.clients = Clients(self.upstreams)
+        self.builtins = Builtins(
+            self.upstreams,
+            shared.control,
+            ResponseCache(),
+            registries=shared.registries,
+            config_path=shared.config_path,
+        )
+        endpoints = {"/mcp": build_search_server(self.builtins)}
+        if settings.enable_direct_endpoint:
+            endpoints["/mcp/direct"] = build_direct_server(self.upstreams, self.clients, self.builtins)
+        self.endpoints = sorted(endpoints)
+        self.app = FrontendApp(self.upstreams, endpoints, shared.host, settings.max_body_bytes, metrics=shared.metrics)
+        self.started = trio.Event()
+        self.last_used = time.monotonic()
+        self.in_flight = 0  # requests of this tenant being served
+        self._pool_running = not shared.on_demand
+        self._pool_lock = trio.Lock()
+        self._catalog_moved = trio.Event()
+
+    # -- lifetime --------------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+                await self.app.run(stack)
+                nursery.start_soon(self.clients.serve_notifications)
+                await nursery.start(self.upstreams.rounds.serve)
+                await nursery.start(self.upstreams.serve_index)
+                await nursery.start(self.app.servers.serve)
+                if self.shared.on_demand:
+                    nursery.start_soon(self._serve_idle_stop)
+                self.upstreams.reindex()  # the tenant's workers may have reported before its first request
+                self.started.set()
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.builtins.aclose()
+            if not self.tenant:
+                with contextlib.suppress(OSError):
+                    self.upstreams.index.save_cache()  # the next start need not embed these tools again
+
+    # -- events from below -----------------------------------------------------------------------
+
+    def catalog_changed(self, server: str) -> None:
+        self.upstreams.reindex(server)
+        self.clients.changed()
+        self.app.servers.changed(server)
+        self._catalog_moved.set()
+
+    async def upstream_notified(self, server: str, method: str, payload: bytes) -> None:
+        await self.clients.on_upstream_notification(server, method, payload)
+        await self.app.servers.on_upstream_notification(server, method, payload)
+
+    def config_changed(self) -> None:
+        self.upstreams.apply_config(self.shared.servers_of(self.tenant))
+        self.upstreams.reindex()
+        self.clients.changed()
+
+    # -- workers on use --------------------------------------------------------------------------
+
+    async def in_use(self) -> None:
+        """A request of this tenant arrived: start its workers if they are not running, and wait for them."""
+        self.last_used = time.monotonic()
+        if self._pool_running:
+            return
+        async with self._pool_lock:
+            if self._pool_running:
+                return
+            try:
+                await self.shared.control.call("pool.start", data={"tenant": self.tenant})
+            except ControlError as exc:
+                log.warning("cannot start the workers of tenant %r: %s", self.tenant or "(operators)", exc)
+                return
+            self._pool_running = True
+            await self._wait_settled(START_WAIT)
+
+    async def _wait_settled(self, timeout: float) -> None:
+        """Until every server of this tenant is ready or has failed, at most `timeout` seconds."""
+        with trio.move_on_after(timeout):
+            while not self._settled():
+                self._catalog_moved = trio.Event()
+                await self._catalog_moved.wait()
+
+    def _settled(self) -> bool:
+        catalog = self.upstreams.catalog
+        for name, config in self.upstreams.servers.items():
+            if not config.enabled:
+                continue
+            view = catalog.servers.get(name)
+            if view is None or not (view.ready or view.state is UpstreamState.ERROR):
+                return False
+        return True
+
+    async def _serve_idle_stop(self) -> None:
+        """Stop the tenant's workers once it made no request for its idle time (0: never)."""
+        while True:
+            await trio.sleep(IDLE_CHECK)
+            limit = self.shared.idle_stop(self.tenant)
+            if not limit or not self._pool_running or self.in_flight:
+                continue
+            if time.monotonic() - self.last_used < limit:
+                continue
+            async with self._pool_lock:
+                try:
+                    stopped = await self.shared.control.call("pool.idle", data={"tenant": self.tenant})
+                except ControlError as exc:
+                    log.warning("cannot stop the idle workers of tenant %r: %s", self.tenant or "(operators)", exc)
+                    continue
+                self._pool_running = False
+                log.info("tenant %r idle for %gs: stopped %s", self.tenant or "(operators)", limit, stopped)
+
+
+class Stacks:
+    """The stacks by tenant, each built and started on its tenant's first request."""
+
+    def __init__(self, shared: Shared, nursery_of: Callable[[], trio.Nursery]) -> None:
+        self.shared = shared
+        self._nursery_of = nursery_of
+        self._stacks: dict[str, Stack] = {}
+
+    def get(self, tenant: str) -> Stack | None:
+        return self._stacks.get(tenant)
+
+    def all(self) -> list[Stack]:
+        return list(self._stacks.values())
+
+    async def of(self, tenant: str) -> Stack:
+        """The tenant's stack, started if this is its first request."""
+        stack = self._stacks.get(tenant)
+        if stack is None:
+            stack = self._stacks[tenant] = Stack(tenant, self.shared)
+            await self._nursery_of().start(stack.serve)
+        else:
+            await stack.started.wait()
+        return stack
+
+    def owner(self, worker: str) -> tuple[Stack | None, str]:
+        """The stack a worker id belongs to, and the server's name there."""
+        tenant, _, server = worker.rpartition("/")
+        return self._stacks.get(tenant), server
+
+    def catalog_changed(self, worker: str) -> None:
+        stack, server = self.owner(worker)
+        if stack is not None:
+            stack.catalog_changed(server)
+
+    async def upstream_notified(self, worker: str, method: str, payload: bytes) -> None:
+        stack, server = self.owner(worker)
+        if stack is not None:
+            await stack.upstream_notified(server, method, payload)
+
+    def config_changed(self, servers: dict[str, ServerConfig]) -> None:
+        self.shared.servers = servers
+        for stack in self.all():
+            stack.config_changed()
+
+    def changed(self, server: str) -> None:
+        """The operator changed what clients may see of `server` (an approval): tell every stack."""
+        for stack in self.all():
+            stack.catalog_changed(server)
+
