@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import time
+import webbrowser
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,13 @@ import zmq
 
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, load_all
+from mcpvisor.supervisor.commands.status import describe_expiry
 from mcpvisor.wire import codec
 from mcpvisor.wire.config import ConfigError
 from mcpvisor.wire.endpoints import Endpoints, runtime_dir
 from mcpvisor.wire.messages import Command, Reply
+
+LOGIN_WAIT = 600.0  # how long `ctl login` waits for the browser's round trip
 
 
 class NoDaemon(Exception):
@@ -145,6 +149,43 @@ def _follow_activity(conn: Connection, args: list[str], as_json: bool) -> int:
         return 0
 
 
+def _login(conn: Connection, args: list[str], as_json: bool) -> int:
+    """`login NAME`: print the authorization URL, open a browser where there is one, wait for the login."""
+    wait = "--no-wait" not in args
+    args = [arg for arg in args if arg != "--no-wait"]
+    reply = conn.call("login", args)
+    if not reply.ok:
+        print(f"ERROR: {reply.error}", file=sys.stderr)
+        return reply.exit_code or 1
+    _print_result(load_all()["login"], reply, as_json)
+    sys.stdout.flush()
+    url, name = reply.result.get("url"), reply.result.get("name", "")
+    if not url or not wait:
+        return 0
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        webbrowser.open(url)
+    print("waiting for the login to complete (Ctrl-C stops waiting, not the login)...", file=sys.stderr)
+    signal.signal(signal.SIGTERM, _interrupt)
+    deadline = time.monotonic() + LOGIN_WAIT
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            status = conn.call("status", [name])
+            rows = status.result if status.ok and isinstance(status.result, list) else []
+            row = rows[0] if rows else {}
+            if row.get("upstream") == "ready":
+                expiry = f" ({describe_expiry(row['token_expires'])})" if row.get("token_expires") else ""
+                print(f"{name}: logged in{expiry}", file=sys.stderr)
+                return 0
+            if "the login failed" in row.get("error", ""):
+                print(f"ERROR: {name}: {row['error']}", file=sys.stderr)
+                return 1
+    except KeyboardInterrupt:
+        return 0
+    print(f"ERROR: {name}: no login within {LOGIN_WAIT:g}s", file=sys.stderr)
+    return 1
+
+
 def command_help() -> str:
     commands = {name: spec for name, spec in load_all().items() if spec.ctl}
     width = max(len(spec.usage or name) for name, spec in commands.items()) + 2
@@ -209,6 +250,8 @@ def main(argv: list[str], config_path: Path) -> int:
     try:
         if follow:
             return (_follow if opts.command == "tail" else _follow_activity)(conn, args, opts.json)
+        if opts.command == "login":
+            return _login(conn, args, opts.json)
         reply = conn.call(opts.command, args)
     except NoDaemon as exc:
         print(f"ERROR: {exc}", file=sys.stderr)

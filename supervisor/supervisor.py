@@ -23,7 +23,7 @@ from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, C
 from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
-from mcpvisor.wire import codec, frontend_spec, worker_spec
+from mcpvisor.wire import codec, frontend_spec, oauth_store, worker_spec
 from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
 from mcpvisor.wire.forkserver import ForkServer
@@ -152,6 +152,8 @@ class Supervisor:
         self._frontend_identity: bytes | None = None  # the frontend's DEALER, learnt from its reports
         self._operator_ids = itertools.count(1)
         self._operator_replies: PendingReplies[int, OperatorReply] = PendingReplies()
+        self._worker_identities: dict[str, bytes] = {}  # each worker's control DEALER, from its reports
+        self._worker_replies: PendingReplies[int, Reply] = PendingReplies()
         self._nursery: trio.Nursery | None = None
         self._ops_lock = trio.Lock()  # one config-changing command at a time
         self.forkserver = ForkServer(
@@ -305,6 +307,8 @@ class Supervisor:
             return  # a late report from a process that is already gone
         if report.name == FRONTEND and identity:
             self._frontend_identity = identity
+        elif identity:
+            self._worker_identities[report.name] = identity
         if report.fatal:
             program.spawn_error = f"upstream failed to start: {report.fatal}"
             return
@@ -326,7 +330,8 @@ class Supervisor:
         if report.upstream_state is None or report.upstream_state is UpstreamState.READY:
             return True
         server = self.config.servers.get(program.name.removeprefix(WORKER_PREFIX))
-        return report.upstream_state is UpstreamState.ERROR and server is not None and server.kind != "stdio"
+        waiting = (UpstreamState.ERROR, UpstreamState.AUTHENTICATING)  # AUTHENTICATING: for an operator's login
+        return report.upstream_state in waiting and server is not None and server.kind != "stdio"
 
     async def _serve_watchdog(self) -> None:
         """Kill a process that stopped reporting: it is hung, and its program will restart it."""
@@ -360,6 +365,8 @@ class Supervisor:
                 nursery.start_soon(self._run_command, sock, envelope[0], msg)
             elif isinstance(msg, OperatorReply):
                 self._operator_replies.deliver(msg.id, msg)
+            elif isinstance(msg, Reply):
+                self._worker_replies.deliver(msg.id, msg)
 
         async def undecodable(envelope: list[bytes], frames: list[bytes], exc: Exception) -> None:
             # A command we cannot read still gets an answer when it says who is waiting for one.
@@ -433,6 +440,25 @@ class Supervisor:
             raise CommandError(reply.error or "the frontend gave no answer", reply.exit_code or EXIT_ERROR)
         return reply.result
 
+    async def ask_worker(self, program: Program, command: str, data: Any = None, timeout: float = 60.0) -> Any:
+        """Send a command to one running worker (an operator's `ctl login`); its result, or CommandError."""
+        identity = self._worker_identities.get(program.name)
+        if program.state is not ProcessState.RUNNING or identity is None or self._control is None:
+            raise CommandError(f"{self.display_name(program)}: the worker is not running (see `mcpvisor ctl status`)")
+        request = Command(id=next(self._operator_ids), name=command, data=data)
+        with self._worker_replies.expect(request.id) as slot:
+            try:
+                await self._control.send_multipart([identity, *codec.control.encode(request)])
+            except zmq.ZMQError as exc:
+                raise CommandError(f"the worker cannot be reached: {exc.strerror}") from None
+            try:
+                reply = await slot.wait(timeout)
+            except trio.TooSlowError:
+                raise CommandError(f"the worker did not answer within {timeout:g}s") from None
+        if not reply.ok:
+            raise CommandError(reply.error, reply.exit_code or EXIT_ERROR)
+        return reply.result
+
     # -- names -----------------------------------------------------------------------------------
 
     def resolve(self, names: list[str], *, allow_all: bool = True) -> list[Program]:
@@ -471,6 +497,9 @@ class Supervisor:
             row["error"] = redact_secrets(report.error) if report else ""
             row["discoveries"] = report.discoveries if report else 0
             row["connect_seconds"] = report.connect_seconds if report else 0.0
+            expires = oauth_store.expires_at(oauth_store.token_path(self.data_dir, self.display_name(program)))
+            if expires is not None:
+                row["token_expires"] = round(expires)  # Unix time of the upstream login's access token
         return row
 
     # -- lifecycle commands ----------------------------------------------------------------------

@@ -23,12 +23,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from pydantic import TypeAdapter, ValidationError
 
-from mcpvisor.wire import lifetime
+from mcpvisor.wire import lifetime, oauth_store
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, log_stem, tail_lines
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
+from mcpvisor.workers.oauth import Challenge, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
     FORWARDED_NOTIFICATIONS,
@@ -186,6 +187,14 @@ class Upstream:
         self.connect_seconds = 0.0
         self.ever_ready = False
         self._last_process: lifetime.Child | None = None
+        # OAuth toward a remote upstream, unless the operator sends an Authorization header himself.
+        self.auth: UpstreamAuth | None = None
+        if server.kind != "stdio" and server.url and not any(k.lower() == "authorization" for k in server.headers):
+            # The supervisor keeps logs in DATA_DIR/logs; the token files live beside them.
+            token_file = oauth_store.token_path(log_dir.parent, name)
+            self.auth = UpstreamAuth(server.url, token_file, server.oauth, self._challenged)
+        self._needs_login = False
+        self._logged_in = trio.Event()
 
     @property
     def pid(self) -> int | None:
@@ -252,6 +261,12 @@ class Upstream:
             finally:
                 self.session = None
                 self._channel = None
+            if self._needs_login and self.auth is not None:
+                self._set_state(UpstreamState.AUTHENTICATING, self.login_hint())
+                await self._logged_in.wait()
+                self._logged_in = trio.Event()
+                attempt = 0
+                continue
             self._set_state(UpstreamState.ERROR, message)
             if not self.ever_ready and self.server.kind == "stdio":
                 raise StartupFailed(message)
@@ -317,8 +332,8 @@ class Upstream:
             self.redact.add(value)
         assert server.url is not None
         if server.kind == "sse":
-            return await stack.enter_async_context(sse_client(server.url, headers=headers))
-        http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+            return await stack.enter_async_context(sse_client(server.url, headers=headers, auth=self.auth))
+        http = await stack.enter_async_context(create_mcp_http_client(headers=headers, auth=self.auth))
         http.event_hooks["request"].append(stamp_routing_headers)
         return await stack.enter_async_context(streamable_http_client(server.url, http_client=http))
 
@@ -339,6 +354,47 @@ class Upstream:
         if not self._lost.is_set():
             self._lost_reason = reason
             self._lost.set()
+
+    # -- OAuth -----------------------------------------------------------------------------------
+
+    def login_hint(self) -> str:
+        """Why the upstream waits for a login, and what to do: safe for any client to read."""
+        reason = self.auth.reason if self.auth is not None and self.auth.reason else "the server asks for a login"
+        return f"{reason}: run `mcpvisor ctl login {self.name}`"
+
+    def _challenged(self, challenge: Challenge) -> None:
+        """A request met a challenge its tokens could not answer (see workers/oauth.py)."""
+        if challenge.step_up:
+            return  # the other tools keep working; the refused call says what to do
+        self._needs_login = True
+        if self.session is not None:
+            self.mark_lost(self.login_hint())
+
+    def logged_in(self) -> None:
+        """A login completed: connect now, without waiting out a backoff."""
+        self._needs_login = False
+        self._logged_in.set()
+        self._on_change()
+
+    def login_failed(self, error: str) -> None:
+        """An operator's login did not complete: say why where `ctl status` shows it."""
+        if self.auth is None:
+            return
+        self.auth.reason = f"the login failed ({error[:200]})"
+        if self.state is UpstreamState.AUTHENTICATING:
+            self._set_state(UpstreamState.AUTHENTICATING, self.login_hint())
+
+    def logged_out(self) -> None:
+        """Forget the tokens and drop the connection; the next one needs a login."""
+        if self.auth is None:
+            return
+        self.auth.forget()
+        self.auth.reason = "logged out"
+        self._needs_login = True
+        if self.session is not None:
+            self.mark_lost(self.login_hint())
+        else:
+            self._set_state(UpstreamState.AUTHENTICATING, self.login_hint())
 
     async def _serve_pings(self, session: ClientSession) -> None:
         """A hung upstream (stopped, deadlocked) answers no ping: reconnect instead of timing out calls."""
@@ -440,6 +496,19 @@ class Upstream:
         if session is None or self.state is not UpstreamState.READY:
             detail = f": {self.error}" if self.error else ""
             raise WireError(ErrorCode.SERVER_UNAVAILABLE, f"server '{self.name}' is {self.state}{detail}")
+        challenge = self.auth.challenge if self.auth is not None else None
+        try:
+            return await self._request_ready(session, method, params, timeout, request_id)
+        except WireError:
+            after = self.auth.challenge if self.auth is not None else None
+            if after is None or after is challenge:
+                raise
+            code = ErrorCode.FORBIDDEN if after.step_up else ErrorCode.SERVER_UNAVAILABLE
+            raise WireError(code, f"server '{self.name}': {self.login_hint()}") from None
+
+    async def _request_ready(
+        self, session: ClientSession, method: str, params: bytes | None, timeout: float, request_id: int
+    ) -> bytes:
         if method not in REQUEST_TYPES:
             raise WireError(ErrorCode.BAD_REQUEST, f"method {method!r} cannot be routed to an upstream")
         channel = self._channel

@@ -17,23 +17,30 @@ import zmq
 
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
+from mcpvisor.wire.inbox import serve_messages
 from mcpvisor.wire.messages import (
     Answer,
     Ask,
     Cancel,
+    Command,
+    ControlMessage,
     Failure,
     Heartbeat,
     Notify,
+    Reply,
     Report,
     Request,
     Response,
     Snapshot,
     SnapshotRequest,
 )
+from mcpvisor.wire.oauth_store import CALLBACK_METHOD
 from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.worker_spec import WorkerSpec
 from mcpvisor.wire.zsocket import ZSocket
+from mcpvisor.workers.oauth import LoginError
+from mcpvisor.workers.oauth_login import CallbackParams, LoginDesk
 from mcpvisor.workers.upstream import ClientHooks, StartupFailed, Upstream
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,10 @@ class Worker:
         self._changed = trio.Event()
         self._max_inflight = spec.server.policy.max_inflight
         self._call_timeout = spec.server.policy.call_timeout or spec.call_timeout
+        auth = self.upstream.auth
+        self.logins = None
+        if auth is not None:
+            self.logins = LoginDesk(spec.id, auth, self.upstream.logged_in, self.upstream.login_failed)
 
     @property
     def inflight(self) -> int:
@@ -98,6 +109,8 @@ class Worker:
             nursery.start_soon(self._serve_upstream, nursery)
             nursery.start_soon(self.upstream.serve_rediscovery)
             nursery.start_soon(self._serve_announcements)
+            if self.control is not None:
+                nursery.start_soon(self._serve_control, self.control, nursery)
             await self._serve_requests(nursery)
 
     async def _serve_upstream(self, nursery: trio.Nursery) -> None:
@@ -151,6 +164,8 @@ class Worker:
                     log.error("dropping an undecodable message from the frontend: %s", exc)
                     continue
                 match msg:
+                    case Request(method=method) if method == CALLBACK_METHOD:
+                        nursery.start_soon(self._oauth_callback, msg, payload)
                     case Request():
                         if self._draining:
                             await self._fail(
@@ -172,6 +187,49 @@ class Worker:
                         self._asks.deliver(msg.id, (msg, payload))
                     case _:
                         log.error("unexpected message from the frontend: %s", type(msg).__name__)
+
+    # -- OAuth: the supervisor's login commands, the frontend's redirects ----------------------------
+
+    async def _serve_control(self, control: ZSocket, nursery: trio.Nursery) -> None:
+        """Commands the supervisor sends this worker on an operator's behalf (`ctl login`, `ctl logout`)."""
+
+        async def handle(_envelope: list[bytes], msg: ControlMessage, _payload: bytes | None) -> None:
+            if isinstance(msg, Command):
+                nursery.start_soon(self._run_command, control, msg, nursery)
+
+        await serve_messages(control, codec.control, handle, what="control command")
+
+    async def _run_command(self, control: ZSocket, cmd: Command, nursery: trio.Nursery) -> None:
+        try:
+            result = await self._command(cmd, nursery)
+            reply = Reply(id=cmd.id, ok=True, result=result)
+        except LoginError as exc:
+            reply = Reply(id=cmd.id, ok=False, error=f"{self.spec.id}: {exc}", exit_code=1)
+        await control.send_multipart(codec.control.encode(reply))
+
+    async def _command(self, cmd: Command, nursery: trio.Nursery) -> dict[str, Any]:
+        logins = self.logins
+        if logins is None:
+            raise LoginError("this server is not a remote server that mcpvisor logs in to")
+        if cmd.name == "oauth_login":
+            redirect_uri = cmd.data.get("redirect_uri") if isinstance(cmd.data, dict) else None
+            if not isinstance(redirect_uri, str):
+                raise LoginError("oauth_login needs a redirect_uri")
+            return await logins.start(redirect_uri, nursery)
+        if cmd.name == "oauth_logout":
+            logins.cancel()
+            self.upstream.logged_out()
+            return {"name": self.spec.id}
+        raise LoginError(f"unknown worker command {cmd.name[:40]!r}")
+
+    async def _oauth_callback(self, msg: Request, payload: bytes | None) -> None:
+        try:
+            params = _callback.decode(payload or b"{}")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            await self._fail(msg.id, ErrorCode.BAD_REQUEST, "the redirect's parameters are malformed")
+            return
+        answer = {"mine": False} if self.logins is None else await self.logins.callback(params)
+        await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), _json_encode(answer)))
 
     def _busy_message(self) -> str:
         return (
@@ -271,6 +329,7 @@ class _ProgressParams(msgspec.Struct):
 
 
 _progress = msgspec.json.Decoder(_ProgressParams)
+_callback = msgspec.json.Decoder(CallbackParams)
 _result_decoder = msgspec.json.Decoder(dict[str, Any])
 _json_encode = msgspec.json.encode
 

@@ -246,6 +246,7 @@ def load_all() -> dict[str, CommandSpec]:
         disable,
         enable,
         inspect,
+        login,
         pending,
         pid,
         pool,

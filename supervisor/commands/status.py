@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from mcpvisor.supervisor.commands import EXIT_NOT_RUNNING, EXIT_OK, EXIT_UNKNOWN, Args, CommandError, command
@@ -23,8 +24,20 @@ def render(rows: list[dict[str, Any]]) -> str:
             line += f"{row['upstream']:<8}{row['tools']} tool{'s' if row['tools'] != 1 else ''}"
             if row.get("error") and row["upstream"] != "ready":
                 line += f"  ({row['error']})"
+            if row.get("token_expires"):
+                line += f"  {describe_expiry(row['token_expires'])}"
         lines.append(line.rstrip())
     return "\n".join(lines)
+
+
+def describe_expiry(expires: float, now: float | None = None) -> str:
+    """`token expires in 59m` (or `token expired 3m ago`) for an upstream's login."""
+    left = int(expires - (time.time() if now is None else now))
+    span = abs(left)
+    text = (
+        f"{span // 3600}h{span % 3600 // 60:02d}m" if span >= 3600 else f"{span // 60}m" if span >= 60 else f"{span}s"
+    )
+    return f"token expires in {text}" if left >= 0 else f"token expired {text} ago"
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:

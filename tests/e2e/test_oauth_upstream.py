@@ -1,0 +1,233 @@
+"""A remote upstream behind an OAuth 2.1 login: authenticating, `ctl login`, the redirect, tokens, refresh.
+
+The upstream and its authorization server are tests/upstreams/oauth_upstream.py on loopback; the
+browser is an HTTP client that follows the authorization URL the way a user who clicks "allow" would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+import trio
+from mcp.shared.exceptions import MCPError
+
+from mcpvisor.wire import oauth_store
+from tests.support.stack import UPSTREAMS, Stack, free_port, open_stack, wait_listening
+
+
+@dataclass
+class OAuthUpstream:
+    url: str  # the MCP endpoint
+    issuer: str  # the authorization server
+
+    async def stats(self) -> dict[str, int]:
+        async with httpx2.AsyncClient(timeout=5) as http:
+            return (await http.get(f"{self.issuer}/admin/stats")).json()
+
+    async def revoke_everything(self) -> None:
+        async with httpx2.AsyncClient(timeout=5) as http:
+            (await http.post(f"{self.issuer}/admin/revoke")).raise_for_status()
+
+
+@asynccontextmanager
+async def oauth_upstream(log_dir: Path, *, access_ttl: int = 3600) -> AsyncIterator[OAuthUpstream]:
+    port, as_port = free_port(), free_port()
+    command = [sys.executable, str(UPSTREAMS / "oauth_upstream.py"), "--port", str(port), "--as-port", str(as_port)]
+    with open(log_dir / "oauth-upstream.log", "wb") as log:
+        process = subprocess.Popen(
+            [*command, "--access-ttl", str(access_ttl)], stdout=log, stderr=log, start_new_session=True
+        )
+    try:
+        await wait_listening(port, process)
+        await wait_listening(as_port, process)
+        yield OAuthUpstream(f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{as_port}")
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+async def refusal(client: Any, tool: str, arguments: dict[str, Any]) -> str:
+    """The text of a call that must fail, as an error result or a JSON-RPC error."""
+    try:
+        result = await client.call_tool(tool, arguments)
+    except MCPError as exc:
+        return exc.message
+    assert result.is_error, result
+    return result.content[0].text
+
+
+async def upstream_state(stack: Stack, name: str, state: str, timeout: float = 30.0) -> dict[str, Any]:
+    rows = await stack.wait_status(lambda rows: rows.get(name, {}).get("upstream") == state, timeout=timeout)
+    return rows[name]
+
+
+async def log_in(stack: Stack, name: str) -> str:
+    """`ctl login NAME`, then the browser's round trip; the page mcpvisor's listener showed."""
+    code, result = await stack.actl("login", name, "--no-wait")
+    assert code == 0, result
+    url = result["url"]
+    async with httpx2.AsyncClient(timeout=30) as browser:
+        consent = await browser.get(url)
+        assert consent.status_code == 302, consent.text
+        landing = consent.headers["location"]
+        assert landing.startswith(f"{stack.base_url}/oauth/callback?"), landing
+        page = await browser.get(landing)
+    assert page.status_code == 200, page.text
+    return page.text
+
+
+async def test_login_by_the_operator_then_tools_are_listed_and_callable(tmp_path: Path) -> None:
+    async with (
+        oauth_upstream(tmp_path) as upstream,
+        open_stack(tmp_path, {"remote": {"url": upstream.url}}, wait_for=[]) as stack,
+    ):
+        row = await upstream_state(stack, "remote", "authenticating")
+        assert row["state"] == "RUNNING"
+        assert "run `mcpvisor ctl login remote`" in row["error"], row
+
+        # Nothing starts a login but the operator: the upstream saw no authorization request yet.
+        assert (await upstream.stats())["authorizations"] == 0
+
+        code, result = await stack.actl("login", "remote", "--no-wait")
+        assert code == 0, result
+        query = parse_qs(urlsplit(result["url"]).query)
+        assert query["code_challenge_method"] == ["S256"]
+        assert query["resource"] == [upstream.url]
+        assert query["redirect_uri"] == [f"{stack.base_url}/oauth/callback"]
+        assert len(query["state"][0]) >= 32
+        # Asking again hands out the login in flight, not a second one.
+        code, again = await stack.actl("login", "remote", "--no-wait")
+        assert again["url"] == result["url"]
+
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            forged = await browser.get(f"{stack.base_url}/oauth/callback", params={"code": "x", "state": "guess"})
+            assert forged.status_code == 400
+            consent = await browser.get(result["url"])
+            page = await browser.get(consent.headers["location"])
+        assert page.status_code == 200 and "Logged in to remote" in page.text
+
+        await stack.wait_ready(["remote"])
+        async with stack.client() as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert "remote:echo" in names
+            answer = await client.call_tool("remote:echo", {"text": "through oauth"})
+            assert not answer.is_error and answer.content[0].text == "through oauth"
+
+        row = stack.status()["remote"]
+        assert row["upstream"] == "ready" and row["token_expires"] > 0
+        code, text = await stack.actl("status", "remote", json_output=False)
+        assert "token expires in" in text, text
+
+        token_file = oauth_store.token_path(stack.data_dir, "remote")
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        stored = oauth_store.load(token_file)
+        assert stored.tokens is not None
+        secret = stored.tokens["access_token"]
+        for path in [stack.config_path, *(stack.data_dir / "logs").iterdir()]:
+            assert secret not in path.read_text(errors="replace"), path
+        assert secret not in str(stack.status())
+
+
+async def test_tokens_are_refreshed_before_they_expire_and_rotated(tmp_path: Path) -> None:
+    async with (
+        oauth_upstream(tmp_path, access_ttl=8) as upstream,
+        open_stack(tmp_path, {"remote": {"url": upstream.url, "policy": {"ping_interval": 1}}}, wait_for=[]) as stack,
+    ):
+        await upstream_state(stack, "remote", "authenticating")
+        await log_in(stack, "remote")
+        await stack.wait_ready(["remote"])
+        token_file = oauth_store.token_path(stack.data_dir, "remote")
+        first = oauth_store.load(token_file).tokens
+        assert first is not None
+
+        # The worker pings every second; a token living 8s is refreshed 2s before it expires.
+        with trio.fail_after(30):
+            while (await upstream.stats())["refreshes"] < 2:
+                await trio.sleep(0.5)
+        latest = oauth_store.load(token_file).tokens
+        assert latest is not None
+        assert latest["refresh_token"] != first["refresh_token"]  # rotated as the server said
+        assert stack.status()["remote"]["upstream"] == "ready"
+        async with stack.client() as client:
+            answer = await client.call_tool("remote:echo", {"text": "still in"})
+            assert not answer.is_error
+        # No call ever went out with an expired token: the server never refused one to refresh it.
+        assert (await upstream.stats())["refused_refreshes"] == 0
+
+
+async def test_a_revoked_refresh_token_goes_back_to_authenticating_with_the_way_out(tmp_path: Path) -> None:
+    async with (
+        oauth_upstream(tmp_path) as upstream,
+        open_stack(tmp_path, {"remote": {"url": upstream.url}}, wait_for=[]) as stack,
+    ):
+        await upstream_state(stack, "remote", "authenticating")
+        await log_in(stack, "remote")
+        await stack.wait_ready(["remote"])
+
+        await upstream.revoke_everything()
+        async with stack.client() as client:
+            # The next request meets a 401; the refresh token is refused too: a login is needed.
+            refused = await refusal(client, "remote:echo", {"text": "after revocation"})
+            assert "mcpvisor ctl login remote" in refused, refused
+        row = await upstream_state(stack, "remote", "authenticating")
+        assert "refused to refresh" in row["error"] and "mcpvisor ctl login remote" in row["error"], row
+        assert (await upstream.stats())["refused_refreshes"] >= 1
+
+        # Calls now fail at once, with the same way out.
+        async with stack.client() as client:
+            with trio.fail_after(5):
+                again = await refusal(client, "remote:echo", {"text": "x"})
+            assert "ctl login remote" in again, again
+
+        await log_in(stack, "remote")
+        await stack.wait_ready(["remote"])
+        async with stack.client() as client:
+            assert not (await client.call_tool("remote:echo", {"text": "back"})).is_error
+
+
+async def test_step_up_asks_for_the_union_of_scopes_and_logout_forgets_the_tokens(tmp_path: Path) -> None:
+    async with (
+        oauth_upstream(tmp_path) as upstream,
+        open_stack(tmp_path, {"remote": {"url": upstream.url}}, wait_for=[]) as stack,
+    ):
+        await upstream_state(stack, "remote", "authenticating")
+        await log_in(stack, "remote")
+        await stack.wait_ready(["remote"])
+        async with stack.client() as client:
+            refused = await refusal(client, "remote:write_note", {"text": "n"})
+            assert "more permission" in refused and "mcpvisor ctl login remote" in refused, refused
+            # The other tools keep working meanwhile.
+            assert not (await client.call_tool("remote:echo", {"text": "read"})).is_error
+
+            code, result = await stack.actl("login", "remote", "--no-wait")
+            assert code == 0, result
+            scopes = parse_qs(urlsplit(result["url"]).query)["scope"][0].split()
+            assert {"echo:read", "notes:write"} <= set(scopes)
+            async with httpx2.AsyncClient(timeout=30) as browser:
+                consent = await browser.get(result["url"])
+                assert (await browser.get(consent.headers["location"])).status_code == 200
+            noted = await client.call_tool("remote:write_note", {"text": "n"})
+            assert not noted.is_error and noted.content[0].text == "noted: n", noted
+
+        code, result = await stack.actl("logout", "remote")
+        assert code == 0, result
+        row = await upstream_state(stack, "remote", "authenticating")
+        assert "mcpvisor ctl login remote" in row["error"]
+        assert oauth_store.load(oauth_store.token_path(stack.data_dir, "remote")).tokens is None
+        assert "token_expires" not in row

@@ -1,0 +1,284 @@
+"""An MCP server that needs an OAuth 2.1 login, and the authorization server it trusts, on loopback.
+
+`python oauth_upstream.py --port P --as-port A [--access-ttl S]` serves:
+- on A, an authorization server: RFC 8414 metadata, dynamic registration (RFC 7591), an
+  authorization endpoint that approves at once (it plays a user who clicks "allow") and redirects
+  with `code`, `state` and `iss` (RFC 9207), and a token endpoint that checks PKCE (S256), the
+  redirect URI and the `resource` (RFC 8707), and rotates refresh tokens. `/admin/revoke` revokes
+  every token (a user withdrawing consent); `/admin/stats` counts what happened.
+- on P, the echo tools of echo_server.py at /mcp behind bearer tokens of that server, with its
+  protected resource metadata (RFC 9728) and 401s that point at it. `write_note` needs the
+  `notes:write` scope: without it the call gets 403 insufficient_scope (a step-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from echo_server import build
+
+READ_SCOPE = "echo:read"
+WRITE_SCOPE = "notes:write"
+
+
+@dataclass
+class Grant:
+    client_id: str
+    scope: str
+    resource: str
+    expires_at: float = 0.0
+
+
+@dataclass
+class State:
+    issuer: str
+    resource: str
+    access_ttl: int
+    clients: dict[str, dict[str, Any]] = field(default_factory=dict)
+    codes: dict[str, tuple[Grant, str, str]] = field(default_factory=dict)  # code -> grant, challenge, redirect
+    access: dict[str, Grant] = field(default_factory=dict)
+    refresh: dict[str, Grant] = field(default_factory=dict)
+    stats: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("registrations", "authorizations", "codes", "refreshes", "refused_refreshes"), 0
+        )
+    )
+
+
+def _error(status: int, error: str, description: str) -> JSONResponse:
+    return JSONResponse({"error": error, "error_description": description}, status_code=status)
+
+
+def authorization_server(state: State) -> Starlette:
+    async def metadata(_: Request) -> Response:
+        return JSONResponse(
+            {
+                "issuer": state.issuer,
+                "authorization_endpoint": f"{state.issuer}/authorize",
+                "token_endpoint": f"{state.issuer}/token",
+                "registration_endpoint": f"{state.issuer}/register",
+                "response_types_supported": ["code"],
+                "grant_types_supported": ["authorization_code", "refresh_token"],
+                "code_challenge_methods_supported": ["S256"],
+                "token_endpoint_auth_methods_supported": ["none"],
+                "scopes_supported": [READ_SCOPE, WRITE_SCOPE],
+                "authorization_response_iss_parameter_supported": True,
+            }
+        )
+
+    async def register(request: Request) -> Response:
+        body = await request.json()
+        uris = body.get("redirect_uris")
+        if not isinstance(uris, list) or not uris:
+            return _error(400, "invalid_redirect_uri", "redirect_uris is required")
+        client_id = f"client-{secrets.token_hex(8)}"
+        state.clients[client_id] = {"redirect_uris": uris}
+        state.stats["registrations"] += 1
+        return JSONResponse(
+            {"client_id": client_id, "redirect_uris": uris, "token_endpoint_auth_method": "none"}, status_code=201
+        )
+
+    async def authorize(request: Request) -> Response:
+        q = request.query_params
+        client = state.clients.get(q.get("client_id", ""))
+        if client is None or q.get("redirect_uri") not in client["redirect_uris"]:
+            return _error(400, "invalid_request", "unknown client or redirect_uri")
+        if q.get("code_challenge_method") != "S256" or not q.get("code_challenge"):
+            return _error(400, "invalid_request", "PKCE with S256 is required")
+        if q.get("resource") != state.resource:
+            return _error(400, "invalid_target", f"resource must be {state.resource}")
+        state.stats["authorizations"] += 1
+        code = secrets.token_urlsafe(24)
+        grant = Grant(q["client_id"], q.get("scope", READ_SCOPE), q["resource"])
+        state.codes[code] = (grant, q["code_challenge"], q["redirect_uri"])
+        back = {"code": code, "state": q.get("state", ""), "iss": state.issuer}
+        return RedirectResponse(f"{q['redirect_uri']}?{urlencode(back)}", status_code=302)
+
+    async def token(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode())
+        get = lambda key: form.get(key, [""])[0]  # noqa: E731
+        if get("grant_type") == "authorization_code":
+            entry = state.codes.pop(get("code"), None)
+            if entry is None:
+                return _error(400, "invalid_grant", "unknown or used code")
+            grant, challenge, redirect = entry
+            verifier = get("code_verifier").encode()
+            computed = base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b"=").decode()
+            if computed != challenge or get("redirect_uri") != redirect or get("client_id") != grant.client_id:
+                return _error(400, "invalid_grant", "PKCE, redirect_uri or client_id do not match")
+            if get("resource") != state.resource:
+                return _error(400, "invalid_target", "resource does not match")
+            state.stats["codes"] += 1
+            return _issue(grant)
+        if get("grant_type") == "refresh_token":
+            grant = state.refresh.pop(get("refresh_token"), None)  # rotation: each refresh token works once
+            if grant is None or get("client_id") != grant.client_id:
+                state.stats["refused_refreshes"] += 1
+                return _error(400, "invalid_grant", "unknown, used or revoked refresh token")
+            state.stats["refreshes"] += 1
+            return _issue(grant)
+        return _error(400, "unsupported_grant_type", "authorization_code or refresh_token")
+
+    def _issue(grant: Grant) -> Response:
+        access, refresh = f"at-{secrets.token_urlsafe(24)}", f"rt-{secrets.token_urlsafe(24)}"
+        issued = Grant(grant.client_id, grant.scope, grant.resource, time.time() + state.access_ttl)
+        state.access[access] = issued
+        state.refresh[refresh] = issued
+        return JSONResponse(
+            {
+                "access_token": access,
+                "token_type": "Bearer",
+                "expires_in": state.access_ttl,
+                "refresh_token": refresh,
+                "scope": grant.scope,
+            },
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def revoke(_: Request) -> Response:
+        state.access.clear()
+        state.refresh.clear()
+        return JSONResponse({"revoked": True})
+
+    async def stats(_: Request) -> Response:
+        return JSONResponse(state.stats)
+
+    return Starlette(
+        routes=[
+            Route("/.well-known/oauth-authorization-server", metadata),
+            Route("/register", register, methods=["POST"]),
+            Route("/authorize", authorize),
+            Route("/token", token, methods=["POST"]),
+            Route("/admin/revoke", revoke, methods=["POST"]),
+            Route("/admin/stats", stats),
+        ]
+    )
+
+
+class ProtectedResource:
+    """The MCP app, answering only requests that carry a live token of the authorization server."""
+
+    def __init__(self, app: Any, state: State, base: str) -> None:
+        self.app = app
+        self.state = state
+        self.metadata_url = f"{base}/.well-known/oauth-protected-resource/mcp"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] == "/.well-known/oauth-protected-resource/mcp":
+            body = {
+                "resource": self.state.resource,
+                "authorization_servers": [self.state.issuer],
+                "scopes_supported": [READ_SCOPE, WRITE_SCOPE],
+                "bearer_methods_supported": ["header"],
+            }
+            await JSONResponse(body)(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
+        grant = self.state.access.get(token)
+        if grant is None or grant.expires_at < time.time() or grant.resource != self.state.resource:
+            challenge = f'Bearer resource_metadata="{self.metadata_url}", scope="{READ_SCOPE}"'
+            if token:
+                challenge += ', error="invalid_token"'
+            await _error(401, "invalid_token", "a valid bearer token is required")(
+                scope, receive, _with_header(send, challenge)
+            )
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if WRITE_SCOPE not in grant.scope.split() and _calls_tool(body, "write_note"):
+            challenge = (
+                f'Bearer resource_metadata="{self.metadata_url}", scope="{READ_SCOPE} {WRITE_SCOPE}", '
+                'error="insufficient_scope"'
+            )
+            await _error(403, "insufficient_scope", "write_note needs notes:write")(
+                scope, receive, _with_header(send, challenge)
+            )
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _calls_tool(body: bytes, name: str) -> bool:
+    try:
+        message = json.loads(body or b"null")
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict)
+        and message.get("method") == "tools/call"
+        and ((message.get("params") or {}).get("name") == name)
+    )
+
+
+def _with_header(send: Any, challenge: str) -> Any:
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"www-authenticate", challenge.encode())]}
+        await send(message)
+
+    return sending
+
+
+async def serve(port: int, as_port: int, access_ttl: int) -> None:
+    base, issuer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{as_port}"
+    state = State(issuer=issuer, resource=f"{base}/mcp", access_ttl=access_ttl)
+    server = build("oauth-echo")
+
+    @server.tool(description="Write a note (needs the notes:write scope).")
+    def write_note(text: str) -> str:
+        return f"noted: {text}"
+
+    resource = ProtectedResource(server.streamable_http_app(), state, base)
+    servers = [
+        uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=p, log_level="warning", lifespan=lifespan))
+        for app, p, lifespan in ((authorization_server(state), as_port, "off"), (resource, port, "on"))
+    ]
+    await asyncio.gather(*(s.serve() for s in servers))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True, help="the MCP server's port")
+    parser.add_argument("--as-port", type=int, required=True, help="the authorization server's port")
+    parser.add_argument("--access-ttl", type=int, default=3600, help="access token lifetime in seconds")
+    args = parser.parse_args()
+    asyncio.run(serve(args.port, args.as_port, args.access_ttl))
+
+
+if __name__ == "__main__":
+    main()

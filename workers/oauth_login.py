@@ -1,0 +1,126 @@
+"""The worker's side of `ctl login` / `ctl logout` and of the redirect that reaches `/oauth/callback`.
+
+A login is started only by the supervisor on an operator's command (the control socket); the
+frontend can only hand in a redirect, which completes a login solely when its `state` is the one
+this worker put in the authorization URL it gave the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import trio
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.auth import AuthorizationCodeResult
+
+from mcpvisor.workers.oauth import LoginError, UpstreamAuth
+
+log = logging.getLogger(__name__)
+
+LOGIN_TIMEOUT = 600.0  # how long an authorization URL waits for its redirect
+URL_TIMEOUT = 30.0  # discovery and registration, before the URL can be shown
+COMPLETE_TIMEOUT = 30.0  # the token exchange after the redirect
+
+
+class CallbackParams(msgspec.Struct, kw_only=True):
+    """What the authorization server put on the redirect (RFC 6749 §4.1.2, RFC 9207)."""
+
+    state: str = ""
+    code: str = ""
+    iss: str | None = None
+    error: str = ""
+    error_description: str = ""
+
+
+class LoginDesk:
+    """At most one login in flight for this worker's upstream."""
+
+    def __init__(
+        self, name: str, auth: UpstreamAuth, on_login: Callable[[], None], on_failure: Callable[[str], None]
+    ) -> None:
+        self.name = name
+        self.auth = auth
+        self._on_login = on_login
+        self._on_failure = on_failure
+        self._scope: trio.CancelScope | None = None
+        self._done = trio.Event()
+        self.error = ""  # why the last login failed
+
+    @property
+    def pending(self) -> bool:
+        return self._scope is not None
+
+    async def start(self, redirect_uri: str, nursery: trio.Nursery) -> dict[str, Any]:
+        """Begin a login (or return the one in flight): the authorization URL for the operator."""
+        if self._scope is None:
+            self.error = ""
+            self._done = trio.Event()
+            self._scope = trio.CancelScope(deadline=trio.current_time() + LOGIN_TIMEOUT)
+            nursery.start_soon(self._run, redirect_uri, self._scope, self._done)
+        done = self._done
+        with trio.move_on_after(URL_TIMEOUT):
+            async with trio.open_nursery() as race:
+
+                async def url() -> None:
+                    await self.auth.wait_for_url()
+                    race.cancel_scope.cancel()
+
+                async def finished() -> None:
+                    await done.wait()
+                    race.cancel_scope.cancel()
+
+                race.start_soon(url)
+                race.start_soon(finished)
+        if self.auth.authorization_url and not done.is_set():
+            return {"name": self.name, "url": self.auth.authorization_url, "redirect_uri": redirect_uri}
+        if done.is_set() and not self.error:
+            return {"name": self.name, "url": "", "done": True}
+        raise LoginError(self.error or f"no authorization URL within {URL_TIMEOUT:g}s")
+
+    async def _run(self, redirect_uri: str, scope: trio.CancelScope, done: trio.Event) -> None:
+        try:
+            with scope:
+                async with create_mcp_http_client() as http:
+                    await self.auth.login(redirect_uri, http)
+                log.info("upstream %s: logged in", self.name)
+                self._on_login()
+            if scope.cancelled_caught and not self.error:
+                self.error = "the login was not completed in time; run `mcpvisor ctl login` again"
+        except LoginError as exc:
+            self.error = str(exc)
+            log.warning("upstream %s: login failed: %s", self.name, self.error)
+        finally:
+            if self._scope is scope:
+                self._scope = None
+            if self.error:
+                self._on_failure(self.error)
+            done.set()
+
+    async def callback(self, params: CallbackParams) -> dict[str, Any]:
+        """A redirect: `mine` tells the frontend whether this worker started that login."""
+        state = self.auth.state
+        if self._scope is None or not state or not secrets.compare_digest(params.state.encode(), state.encode()):
+            return {"mine": False}
+        done = self._done
+        if params.error:
+            self.error = f"the authorization server answered {params.error!r}" + (
+                f": {params.error_description[:200]}" if params.error_description else ""
+            )
+            self.cancel()
+            return {"mine": True, "ok": False, "name": self.name, "error": self.error}
+        self.auth.deliver(AuthorizationCodeResult(code=params.code, state=params.state, iss=params.iss))
+        with trio.move_on_after(COMPLETE_TIMEOUT):
+            await done.wait()
+        if not done.is_set():
+            return {"mine": True, "ok": False, "name": self.name, "error": "the token exchange did not finish in time"}
+        if self.error:
+            return {"mine": True, "ok": False, "name": self.name, "error": self.error}
+        return {"mine": True, "ok": True, "name": self.name}
+
+    def cancel(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
