@@ -418,6 +418,10 @@ class ToolIndex:
         self._by_server: dict[str, list[int]] = {}
         self._postings: dict[str, dict[int, int]] = {}
         self._total_length = 0
+        # Hybrid search scores BM25 over matrix rows with numpy: each term's posting as arrays of
+        # rows and frequencies, and every row's length, built on first use after a change.
+        self._row_postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._row_lengths: np.ndarray | None = None
 
         self._embedder: Embedder | None = None
         self._status = "lexical (semantic search switched off)"
@@ -541,6 +545,8 @@ class ToolIndex:
     def remove_server(self, server: str) -> None:
         """Drop every tool of `server`; unknown servers are ignored."""
         self._server_rows.pop(server, None)
+        self._row_postings.clear()
+        self._row_lengths = None
         for doc_id in self._by_server.pop(server, ()):
             for term in self._terms.pop(doc_id):
                 posting = self._postings[term]
@@ -616,11 +622,11 @@ class ToolIndex:
         fused = np.zeros(used, dtype=np.float64)
         if high > low:
             fused += SEMANTIC_WEIGHT * (similarity - low) / (high - low)
-        lexical = self._bm25_scores(query_terms, None) if self._total_length else {}
-        if lexical:
-            top = max(lexical.values())
-            rows = np.fromiter((vectors.row_of_doc[doc_id] for doc_id in lexical), dtype=np.int64, count=len(lexical))
-            fused[rows] += (1.0 - SEMANTIC_WEIGHT) / top * np.fromiter(lexical.values(), dtype=np.float64)
+        if self._total_length:
+            lexical = self._bm25_rows(query_terms, used)
+            top = float(lexical.max())
+            if top > 0.0:  # every matching tool scores above 0
+                fused += (1.0 - SEMANTIC_WEIGHT) / top * lexical
 
         scores = fused[candidates]
         if len(candidates) > limit:
@@ -666,6 +672,8 @@ class ToolIndex:
         return True
 
     def _add(self, server: str, name: str, terms: Counter[str]) -> int:
+        self._row_postings.clear()
+        self._row_lengths = None
         doc_id = self._next_id
         self._next_id += 1
         self._names[doc_id] = (server, name)
@@ -678,6 +686,55 @@ class ToolIndex:
             self._postings.setdefault(term, {})[doc_id] = frequency
         return doc_id
 
+    def _bm25_rows(self, query_terms: Mapping[str, int], used: int) -> np.ndarray:
+        """BM25 scores by matrix row (0 where no term matches): `_bm25_scores` with numpy, the
+        same arithmetic in the same order, so the scores are equal to the last bit."""
+        import numpy as np
+
+        assert self._vectors is not None
+        lengths = self._row_lengths
+        if lengths is None or len(lengths) != used:
+            lengths = np.zeros(used, dtype=np.float64)
+            for doc_id, row in self._vectors.row_of_doc.items():
+                lengths[row] = self._lengths[doc_id]
+            self._row_lengths = lengths
+        document_count = len(self._names)
+        norm_base = K1 * (1.0 - B)
+        norm_per_length = K1 * B * document_count / self._total_length
+        total = np.zeros(used, dtype=np.float64)
+        for term, count in query_terms.items():
+            per_row: np.ndarray | None = None
+            for variant, weight in self._variants(term, query_terms):
+                posting = self._row_posting(variant)
+                if posting is None:
+                    continue
+                rows, frequencies = posting
+                idf = weight * math.log(1.0 + (document_count - len(rows) + 0.5) / (len(rows) + 0.5))
+                scale = idf * (K1 + 1.0)
+                scores = scale * frequencies / (frequencies + norm_base + norm_per_length * lengths[rows])
+                if per_row is None:
+                    per_row = np.zeros(used, dtype=np.float64)
+                per_row[rows] = np.maximum(per_row[rows], scores)
+            if per_row is not None:
+                total += count * per_row
+        return total
+
+    def _row_posting(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """A term's posting as (matrix rows, frequencies), kept until the index changes."""
+        import numpy as np
+
+        assert self._vectors is not None
+        found = self._row_postings.get(term)
+        if found is None:
+            posting = self._postings.get(term)
+            if not posting:
+                return None
+            row_of_doc = self._vectors.row_of_doc
+            rows = np.fromiter((row_of_doc[doc_id] for doc_id in posting), dtype=np.int64, count=len(posting))
+            frequencies = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
+            self._row_postings[term] = found = (rows, frequencies)
+        return found
+
     def _bm25_scores(self, query_terms: Mapping[str, int], allowed: set[int] | None) -> dict[int, float]:
         scores: dict[int, float] = {}
         for term, count in query_terms.items():
@@ -685,13 +742,17 @@ class ToolIndex:
                 scores[doc_id] = scores.get(doc_id, 0.0) + count * score
         return scores
 
-    def _term_scores(self, term: str, query_terms: Mapping[str, int], allowed: set[int] | None) -> dict[int, float]:
-        """Score every document for one query term, counting related words at a discount."""
+    def _variants(self, term: str, query_terms: Mapping[str, int]) -> list[tuple[str, float]]:
+        """The words scored for one query term, with their weights: itself, and related words."""
         variants = [(term, 1.0)]
         if self._expand_related:
             # A related word the query also names is scored in its own right, not twice.
             variants += [(other, RELATED_WEIGHT) for other in RELATED_TERMS.get(term, ()) if other not in query_terms]
+        return variants
 
+    def _term_scores(self, term: str, query_terms: Mapping[str, int], allowed: set[int] | None) -> dict[int, float]:
+        """Score every document for one query term, counting related words at a discount."""
+        variants = self._variants(term, query_terms)
         document_count = len(self._names)
         # K1 * (1 - B + B * length / average), split so the loop does one multiply-add.
         norm_base = K1 * (1.0 - B)

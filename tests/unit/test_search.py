@@ -752,3 +752,26 @@ def test_an_unwritable_cache_dir_does_not_break_search(tmp_path: Path, caplog: p
 
     assert ids(index.search("umbrella tomorrow", 1)) == ["weather:get_forecast"]
     assert any("cannot write the tool vector cache" in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize("expand_related", [False, True])
+def test_hybrid_results_stay_right_when_the_index_changes_between_searches(expand_related: bool) -> None:
+    """What hybrid search keeps between searches (per-term arrays, lengths) follows every change."""
+    query = "delete the folder with everything in it"
+    updated = ToolIndex(expand_related=expand_related)
+    for server, tools in {"github": GITHUB, "filesystem": FILESYSTEM, "slack": SLACK}.items():
+        updated.set_server_tools(server, tools)
+        updated.search(query, 20)
+    updated.remove_server("slack")
+    updated.search(query, 20)
+    updated.set_server_tools("filesystem", FILESYSTEM[:1])
+    updated.search(query, 20)
+    updated.set_server_tools("weather", WEATHER)
+
+    fresh = ToolIndex(expand_related=expand_related)
+    for server, tools in {"github": GITHUB, "filesystem": FILESYSTEM[:1], "weather": WEATHER}.items():
+        fresh.set_server_tools(server, tools)
+
+    hits, expected = updated.search(query, 20), fresh.search(query, 20)
+    assert [(hit.server, hit.tool) for hit in hits] == [(hit.server, hit.tool) for hit in expected]
+    assert [hit.score for hit in hits] == pytest.approx([hit.score for hit in expected], abs=1e-6)
