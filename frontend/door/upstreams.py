@@ -218,13 +218,21 @@ class Upstreams:
         for hit in self.index.search(query, limit + len(withheld), servers=list(views)):
             if (hit.server, hit.tool) in withheld:
                 continue
-            definition = next((t for t in views[hit.server].tools if t.get("name") == hit.tool), None)
+            definition = self._definition(views[hit.server], hit.tool)
             if definition is None:  # the index lags the catalog by one change at most
                 continue
             found.append((hit, definition))
             if len(found) == limit:
                 break
         return found
+
+    def _definition(self, view: ServerView, tool: str) -> dict[str, Any] | None:
+        """The server's (first) definition of `tool`: from the catalog's index when it names this
+        tool, else by a walk of the server's list (a name another server's exposed name took)."""
+        exposed = exposed_name(view.id, tool, self.catalog.name_style)
+        if self.catalog.resolve_tool(exposed) == (view.id, tool):
+            return self.catalog.tool_definition(exposed)
+        return next((t for t in view.tools if t.get("name") == tool), None)
 
     def reindex(self, server: str | None = None) -> None:
         """Take in a catalog change (one server's, or all): pin what is first seen, queue the index update."""
