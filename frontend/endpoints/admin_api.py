@@ -49,6 +49,7 @@ class Views(Protocol):
     @property
     def servers(self) -> Mapping[str, ServerView]: ...
 
+
 PREFIX: Final = "/api/v1"
 MAX_BODY: Final = 1024 * 1024
 MAX_LINES: Final = 5000
