@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from mcpvisor.frontend.endpoints.auth import PRINCIPAL_KEY, InvalidToken, Principal, bearer_token, principal_of
 from mcpvisor.frontend.endpoints.boundary import send_json
+from mcpvisor.wire.tokens import TokenStore
 
 log = logging.getLogger(__name__)
 
@@ -158,9 +159,17 @@ class Admitted:
 class OperatorDoor:
     """Admits operators to /api/v1 and /ui: an admin principal, and CSRF rules for changes."""
 
-    def __init__(self, admit: Admit, *, authenticate: Authenticate | None = None, sessions: Sessions | None = None):
+    def __init__(
+        self,
+        admit: Admit,
+        *,
+        authenticate: Authenticate | None = None,
+        tokens: TokenStore | None = None,
+        sessions: Sessions | None = None,
+    ):
         self.admit = admit  # the request boundary every other path passes
         self.authenticate = authenticate  # set when tokens are required (tenants or an issuer)
+        self.tokens = tokens  # a session ends when the token it was opened with is revoked or expires
         self.sessions = sessions or Sessions()
 
     @property
@@ -168,7 +177,21 @@ class OperatorDoor:
         return self.authenticate is not None
 
     def session_of(self, scope: Scope) -> Session | None:
-        return self.sessions.get(cookie(scope, COOKIE))
+        session = self.sessions.get(cookie(scope, COOKIE))
+        if session is not None and session.principal is not None and not self._token_alive(session.principal):
+            self.sessions.drop(session.id)
+            return None
+        return session
+
+    def _token_alive(self, principal: Principal) -> bool:
+        """Whether the stored token a session was opened with still admits (a JWT's session lives on)."""
+        if self.tokens is None or not principal.subject.startswith("token "):
+            return True
+        now = time.time()
+        return any(
+            info.id == principal.token_id and (info.expires is None or info.expires > now)
+            for info in self.tokens.list()
+        )
 
     async def enter(self, scope: Scope, receive: Receive, send: Send, *, page: bool = False) -> Admitted | None:
         """The admitted operator, or None once a refusal (401/403, or a redirect to the login) is sent."""

@@ -193,7 +193,7 @@ function renderDashboard(view) {
         : [h("tr", {}, h("td", { class: "empty" }, "Nothing waits."))]));
     } catch (e) { /* the table's refresh reports the connection */ }
   }
-  every(POLL_MS * 2, refreshBelow);
+  every(POLL_MS * 3, refreshBelow);
   async function refresh() {
     let data;
     try {
@@ -525,7 +525,7 @@ async function start() {
   window.addEventListener("hashchange", route);
   route();
   refreshPending();
-  setInterval(refreshPending, POLL_MS * 3);
+  setInterval(refreshPending, POLL_MS * 5);
 }
 
 document.addEventListener("DOMContentLoaded", start);
