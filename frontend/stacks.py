@@ -181,7 +181,19 @@ class Stack:
                 log.warning("cannot start the workers of tenant %r: %s", self.tenant or "(operators)", exc)
                 return
             self._pool_running = True
+            started = time.monotonic()
             await self._wait_settled(START_WAIT)
+            log.info(
+                "tenant %r in use: workers started, %s after %.1fs",
+                self.tenant or "(operators)",
+                "all up or failed" if self._settled() else "some still starting",
+                time.monotonic() - started,
+            )
+
+    def done(self) -> None:
+        """A request of this tenant ended: idle time counts from now."""
+        self.in_flight -= 1
+        self.last_used = time.monotonic()
 
     async def _wait_settled(self, timeout: float) -> None:
         """Until every server of this tenant is ready or has failed, at most `timeout` seconds."""
@@ -196,7 +208,8 @@ class Stack:
             if not config.enabled:
                 continue
             view = catalog.servers.get(name)
-            if view is None or not (view.ready or view.state is UpstreamState.ERROR):
+            # A view left from before an idle stop is not alive: it says nothing of the new worker.
+            if view is None or not view.alive or view.state not in (UpstreamState.READY, UpstreamState.ERROR):
                 return False
         return True
 
@@ -267,4 +280,3 @@ class Stacks:
         """The operator changed what clients may see of `server` (an approval): tell every stack."""
         for stack in self.all():
             stack.catalog_changed(server)
-

@@ -231,7 +231,7 @@ class Gateway:
             if not await stack.app(scope, receive, send):
                 await self._not_found(send, path)
         finally:
-            stack.in_flight -= 1
+            stack.done()
             self.limits.done(tenant, scope)
 
     async def _not_found(self, send: Send, path: str) -> None:
