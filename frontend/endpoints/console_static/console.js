@@ -250,7 +250,7 @@ function renderDashboard(view) {
 function renderServer(view, name) {
   const path = "/servers/" + encodeURIComponent(name);
   const head = h("div", {});
-  const config = h("dl", { class: "kv" });
+  const config = h("dl", { class: "kv", id: "server-config" });
   const tools = h("tbody", {});
   const log = h("pre", { class: "log", id: "log" });
   const streamSelect = h("select", { id: "log-stream" }, h("option", { value: "" }, "worker + stderr"),
@@ -267,18 +267,24 @@ function renderServer(view, name) {
       tools)),
   );
 
+  // The state comes from the listing every two seconds (cheap); the configuration and its
+  // security analysis once, and again after an action.
   async function refreshHead() {
     let s;
     try {
-      s = await api("GET", path);
-      setLive(true, "live");
+      const data = await api("GET", "/servers");
+      s = data.servers.find((row) => row.name === name);
     } catch (e) {
       head.replaceChildren(h("div", { class: "warnbox" }, e.message));
       return;
     }
+    if (!s) {
+      head.replaceChildren(h("div", { class: "warnbox" }, `${name}: no such server`));
+      return;
+    }
     const btn = (label, verb, cls, disabled) => h("button", {
       class: cls || "", disabled, dataset: { action: verb },
-      onclick: async () => { await act("POST", `${path}/${verb}`, {}, `${name}: ${verb} done`); refreshHead(); refreshTools(); },
+      onclick: async () => { await act("POST", `${path}/${verb}`, {}, `${name}: ${verb} done`); refreshHead(); refreshTools(); loadConfig(); },
     }, label);
     head.replaceChildren(
       h("div", { class: "headline" },
@@ -293,6 +299,11 @@ function renderServer(view, name) {
           (s.quarantined || s.changed_tools) ? h("a", { href: "#/approvals/" + encodeURIComponent(name) }, h("button", { class: "primary" }, "Review…")) : "")),
       s.error && s.upstream !== "ready" ? h("div", { class: "warnbox" }, s.error) : "",
     );
+  }
+
+  async function loadConfig() {
+    let s;
+    try { s = await api("GET", path); } catch (e) { config.replaceChildren(h("dd", {}, e.message)); return; }
     const c = s.config;
     const rows = [
       ["transport", c.transport],
@@ -350,6 +361,7 @@ function renderServer(view, name) {
   streamSelect.addEventListener("change", startLog);
 
   every(POLL_MS * 2, refreshHead);
+  loadConfig();
   every(POLL_MS * 5, refreshTools);
   startLog();
 }
