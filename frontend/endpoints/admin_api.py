@@ -276,7 +276,7 @@ class AdminApi:
         try:
             route, params = self._route(method, path)
             body = await self._body(scope, admitted.receive) if route.body is not None else None
-            query = {key: values[-1] for key, values in parse_qs(scope.get("query_string", b"").decode()).items()}
+            query = _query(scope)
             if route.stream:
                 await getattr(self, route.handler)(send, admitted.receive, query=query, **params)
                 return
@@ -657,6 +657,12 @@ class _WithHeaders:
 
 def _builtins(value: Any) -> Any:
     return msgspec.to_builtins(value)
+
+
+def _query(scope: Scope) -> dict[str, str]:
+    """The query parameters, the last of each name; bytes that are not UTF-8 cannot fail the request."""
+    text = scope.get("query_string", b"").decode("utf-8", "replace")
+    return {key: values[-1] for key, values in parse_qs(text).items()}
 
 
 def _int(query: Mapping[str, str], key: str, default: int, low: int, high: int) -> int:
