@@ -50,7 +50,7 @@ async def serve_events(sock: ZSocket, router: Router, stacks: Stacks) -> None:
             ):
                 router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
             case ConfigChanged():
-                stacks.config_changed(event.servers)
+                stacks.config_changed(event.servers, event.tenants)
 
     await serve_messages(sock, codec.events, handle, envelope=1, what="event")
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -55,7 +56,7 @@ class Shared:
 
     settings: Settings
     servers: dict[str, ServerConfig]
-    tenants: Mapping[str, TenantConfig]
+    tenants: dict[str, TenantConfig]
     router: Router
     gate: Gate
     activity: ActivityLog
@@ -85,6 +86,29 @@ class Shared:
         return self.settings.tenant_idle_stop
 
 
+class TenantControl:
+    """The supervisor commands a tenant's built-in tools may send, about the tenant's own workers.
+
+    `upstream_servers` tails and restarts the tenant's worker of a server (`tenant/server`), and a
+    tenant's proposals are its own: marked with it, listed to it alone, added to its servers when
+    approved. Anything that would change what other tenants see (a policy patch, a quarantine) is
+    refused, as is any other command.
+    """
+
+    _PROPOSALS = frozenset({"server.propose", "server.proposals"})
+
+    def __init__(self, control: ControlClient, tenant: str) -> None:
+        self.control = control
+        self.tenant = tenant
+
+    async def call(self, name: str, args: list[str] | None = None, data: Any = None) -> Any:
+        if name in ("tail", "restart") and args:
+            return await self.control.call(name, [f"{self.tenant}/{args[0]}", *args[1:]], data)
+        if name in self._PROPOSALS:
+            return await self.control.call(name, args, {**(data or {}), "tenant": self.tenant})
+        raise ControlError("a tenant's client cannot change a server that other tenants may share; ask the operator")
+
+
 class Stack:
     """One tenant's endpoints, door and built-in tools."""
 
@@ -108,7 +132,7 @@ class Stack:
         self.clients = Clients(self.upstreams)
         self.builtins = Builtins(
             self.upstreams,
-            shared.control,
+            TenantControl(shared.control, tenant) if tenant else shared.control,  # type: ignore[arg-type]
             ResponseCache(),
             registries=shared.registries,
             config_path=shared.config_path,
@@ -271,8 +295,12 @@ class Stacks:
         if stack is not None:
             await stack.upstream_notified(server, method, payload)
 
-    def config_changed(self, servers: dict[str, ServerConfig]) -> None:
+    def config_changed(self, servers: dict[str, ServerConfig], tenants: Mapping[str, TenantConfig]) -> None:
         self.shared.servers = servers
+        if self.shared.tenants:
+            # In place: the authenticator and the limits hold this same table.
+            self.shared.tenants.clear()
+            self.shared.tenants.update(tenants)
         for stack in self.all():
             stack.config_changed()
 

@@ -106,14 +106,28 @@ def save_servers(path: Path, config: Config, names: list[str]) -> None:
         edited = path.read_text(encoding="utf-8")
         for name in names:
             edited = edit_server(edited, name, config.servers.get(name), source=str(path))
-        written = loads(edited, source=str(path)).servers
-        if any(written.get(name) != config.servers.get(name) for name in names):
+        edited = _sync_tenant_servers(edited, config)
+        reread = loads(edited, source=str(path))
+        written = reread.servers
+        if reread.tenants != config.tenants or any(written.get(name) != config.servers.get(name) for name in names):
             raise ConfigError(f"{path}: editing {', '.join(names)} in place did not give the intended tables")
     except (OSError, ConfigError, tomlkit.exceptions.TOMLKitError) as exc:
         if path.exists():
             log.warning("rewriting %s whole (the previous file is kept as .bak): %s", path, exc)
         edited = whole
     write_atomic(path, edited)
+
+
+def _sync_tenant_servers(text: str, config: Config) -> str:
+    """`text` with each tenant's `servers` list as `config` has it (a server added for or removed from one)."""
+    doc = tomlkit.parse(text)
+    tenants = doc.get("tenants")
+    if tenants is None:
+        return text
+    for tenant, table in config.tenants.items():
+        if tenant in tenants and list(tenants[tenant].get("servers", [])) != table.servers:
+            tenants[tenant]["servers"] = list(table.servers)
+    return doc.as_string()
 
 
 def edit_server(text: str, name: str, server: ServerConfig | None, *, source: str) -> str:
@@ -163,14 +177,23 @@ def server_from_table(name: str, table: Any, *, source: str) -> ServerConfig:
     return config.servers[name]
 
 
-def with_server(config: Config, name: str, server: ServerConfig | None) -> Config:
-    """A copy of `config` with one server replaced, added, or (None) removed."""
+def with_server(config: Config, name: str, server: ServerConfig | None, *, tenant: str = "") -> Config:
+    """A copy of `config` with one server replaced, added, or (None) removed.
+
+    A removed server leaves every tenant's list; with `tenant`, a server added joins that tenant's.
+    """
     servers = dict(config.servers)
+    tenants = dict(config.tenants)
     if server is None:
         servers.pop(name, None)
+        for key, table in tenants.items():
+            if name in table.servers:
+                tenants[key] = msgspec.structs.replace(table, servers=[s for s in table.servers if s != name])
     else:
         servers[name] = server
-    return msgspec.structs.replace(config, servers=servers)
+        if tenant and tenant in tenants and name not in tenants[tenant].servers:
+            tenants[tenant] = msgspec.structs.replace(tenants[tenant], servers=[*tenants[tenant].servers, name])
+    return msgspec.structs.replace(config, servers=servers, tenants=tenants)
 
 
 def server_table(server: ServerConfig) -> dict[str, Any]:

@@ -104,9 +104,11 @@ class ConfigDiff:
     removed: list[str]
     settings_changed: bool
 
+    tenants_changed: bool = False
+
     @property
     def empty(self) -> bool:
-        return not (self.added or self.changed or self.removed or self.settings_changed)
+        return not (self.added or self.changed or self.removed or self.settings_changed or self.tenants_changed)
 
 
 def _process_view(server: ServerConfig) -> ServerConfig:
@@ -122,8 +124,10 @@ def diff_configs(old: Config, new: Config) -> ConfigDiff:
         added=sorted(set(new_servers) - set(old_servers)),
         changed=sorted(n for n in common if _process_view(old_servers[n]) != _process_view(new_servers[n])),
         removed=sorted(set(old_servers) - set(new_servers)),
-        # The frontend holds the settings, the tenants and the issuer: a change restarts it.
-        settings_changed=(old.mcpvisor, old.tenants, old.oauth) != (new.mcpvisor, new.tenants, new.oauth),
+        # The frontend holds the settings and the issuer, and authenticates clients once tenants
+        # exist: a change to those restarts it. A tenant's table changing reaches it as ConfigChanged.
+        settings_changed=(old.mcpvisor, old.oauth, bool(old.tenants)) != (new.mcpvisor, new.oauth, bool(new.tenants)),
+        tenants_changed=old.tenants != new.tenants,
     )
 
 
@@ -280,7 +284,12 @@ class Supervisor:
 
     def publish_config(self) -> None:
         self.config_version += 1
-        self._publish("config", ConfigChanged(servers=dict(self.config.servers), version=self.config_version))
+        self._publish(
+            "config",
+            ConfigChanged(
+                servers=dict(self.config.servers), version=self.config_version, tenants=dict(self.config.tenants)
+            ),
+        )
 
     def _update_systemd(self) -> None:
         if not self.notifier.enabled:
@@ -535,9 +544,12 @@ class Supervisor:
         new_ids = set(desired_workers(new))
         touched = set(diff.changed) | set(diff.removed)
         leaving = sorted(w for w in old_ids if w not in new_ids or server_of(w) in touched)
-        running = {w for w in leaving if self.programs[worker_name(w)].want_running}
+        running = {w for w in old_ids if self.programs[worker_name(w)].want_running}
+        # A worker new to a tenant whose workers run starts now: the frontend will not ask again.
+        active = {w.rpartition("/")[0] for w in running}
         await self._remove_programs([worker_name(w) for w in leaving])
-        self._start_workers(sorted(new_ids - (old_ids - set(leaving))), running_before=running)
+        arriving = sorted(new_ids - (old_ids - set(leaving)))
+        self._start_workers(arriving, running_before=running | {w for w in arriving if w.rpartition("/")[0] in active})
         frontend = self.programs.get(FRONTEND)
         if frontend is not None:
             frontend.launch = self.frontend_launch()
@@ -567,10 +579,13 @@ class Supervisor:
             self._start_workers(desired_workers(new))
             self.publish_config()
 
-    async def change_server(self, name: str, server: ServerConfig | None) -> None:
-        """Persist one server's new table (None: remove it) and apply it to the running set."""
+    async def change_server(self, name: str, server: ServerConfig | None, *, tenant: str = "") -> None:
+        """Persist one server's new table (None: remove it) and apply it to the running set.
+
+        With `tenant`, a server added is added to that tenant's servers too (its approved proposal).
+        """
         async with self._ops_lock:
-            new = configstore.with_server(self.config, name, server)
+            new = configstore.with_server(self.config, name, server, tenant=tenant)
             configstore.save_server(self.config_path, new, name, server)
             await self.apply(new, diff_configs(self.config, new))
 

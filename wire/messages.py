@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from mcpvisor.wire.config import ServerConfig
+from mcpvisor.wire.config import ServerConfig, TenantConfig
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.operator import Action, OperatorResult
 from mcpvisor.wire.states import ProcessState, UpstreamState
@@ -150,10 +150,11 @@ class Report(_Msg, tag="report"):
 
 
 class ConfigChanged(_Msg, tag="config"):
-    """Supervisor -> frontend (events): the servers table changed; payload-free, data inline."""
+    """Supervisor -> frontend (events): the servers or tenants tables changed; payload-free, data inline."""
 
     servers: dict[str, ServerConfig]
     version: int = 0
+    tenants: dict[str, TenantConfig] = {}
 
 
 class OperatorRequest(_Msg, tag="opreq"):

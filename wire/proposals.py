@@ -44,6 +44,12 @@ class Proposal(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     config: dict[str, Any] | None = None  # add: the server table; patch: the table it gave when proposed
     patch: dict[str, Any] | None = None  # patch: the fields as the client gave them (null removes)
     proposed_at: float  # seconds since the epoch
+    tenant: str = ""  # the tenant whose client proposed it (an add joins that tenant's servers)
+
+    @property
+    def key(self) -> str:
+        """How the operator names it: `name`, or `tenant/name` for a tenant's proposal."""
+        return f"{self.tenant}/{self.name}" if self.tenant else self.name
 
 
 class _File(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -131,7 +137,7 @@ class ProposalStore:
             os.replace(store.path, aside)
             log.error("%s cannot be read (%s); set aside as %s, starting with no proposals", store.path, exc, aside)
             return store
-        store._items = {proposal.name: proposal for proposal in saved.proposals}
+        store._items = {proposal.key: proposal for proposal in saved.proposals}
         return store
 
     def __iter__(self) -> Iterator[Proposal]:
@@ -144,13 +150,13 @@ class ProposalStore:
         return self._items.get(name)
 
     def put(self, proposal: Proposal) -> Proposal | None:
-        """Keep `proposal` (it replaces one for the same name) and save; the one replaced, if any."""
-        replaced = self._items.get(proposal.name)
-        self._items[proposal.name] = proposal
+        """Keep `proposal` (it replaces one for the same key) and save; the one replaced, if any."""
+        replaced = self._items.get(proposal.key)
+        self._items[proposal.key] = proposal
         try:
             self._save()
         except OSError:
-            self._restore(proposal.name, replaced)  # what is kept in memory is what is on disk
+            self._restore(proposal.key, replaced)  # what is kept in memory is what is on disk
             raise
         return replaced
 
@@ -177,11 +183,16 @@ class ProposalStore:
         longer configured, could only be applied to something the client never saw.
         """
         existing = set(servers)
+        # A tenant's add may name a server it cannot see (another's): it waits for the operator,
+        # who is told at approval; dropping it here would tell the tenant that the name exists.
         stale = [
-            proposal for proposal in self._items.values() if (proposal.action == "add") == (proposal.name in existing)
+            proposal
+            for proposal in self._items.values()
+            if (proposal.action == "add") == (proposal.name in existing)
+            and not (proposal.tenant and proposal.action == "add")
         ]
         for proposal in stale:
-            del self._items[proposal.name]
+            del self._items[proposal.key]
         if stale:
             self._save()
             for proposal in stale:
@@ -211,9 +222,14 @@ class ProposalStore:
 
 
 def new_proposal(
-    name: str, action: ProposalAction, *, config: dict[str, Any] | None = None, patch: dict[str, Any] | None = None
+    name: str,
+    action: ProposalAction,
+    *,
+    config: dict[str, Any] | None = None,
+    patch: dict[str, Any] | None = None,
+    tenant: str = "",
 ) -> Proposal:
-    return Proposal(name=name, action=action, config=config, patch=patch, proposed_at=time.time())
+    return Proposal(name=name, action=action, config=config, patch=patch, proposed_at=time.time(), tenant=tenant)
 
 
 def _temp(path: Path) -> Path:

@@ -54,7 +54,9 @@ def when(proposal: Proposal) -> str:
 
 def listing(proposal: Proposal) -> dict[str, Any]:
     """A proposal as `upstream_servers list` and `ctl pending` show it; secrets redacted."""
-    row: dict[str, Any] = {"name": proposal.name, "action": proposal.action, "proposed_at": when(proposal)}
+    row: dict[str, Any] = {"name": proposal.key, "action": proposal.action, "proposed_at": when(proposal)}
+    if proposal.tenant:
+        row["tenant"] = proposal.tenant
     if proposal.action == "add" and proposal.config is not None:
         server = msgspec.convert(proposal.config, ServerConfig)
         row["transport"] = server.kind
@@ -97,6 +99,7 @@ class ProposeArgs(Args):
     action: ProposalAction
     config: dict[str, Any] | None = None  # add: the server table
     patch: dict[str, Any] | None = None  # patch: the fields to change (null removes one)
+    tenant: str = ""  # a tenant's client: it may propose new servers for itself alone
 
 
 @command("server.propose", args=ProposeArgs, ctl=False)
@@ -111,6 +114,17 @@ async def server_propose(sup: Supervisor, args: ProposeArgs) -> dict[str, Any]:
     _check_name(name)
     source = f"proposed server {name!r}"
     current = sup.config.servers.get(name)
+    if args.tenant:
+        # A tenant sees only its own servers: whatever else exists must not change its answer.
+        table = sup.config.tenants.get(args.tenant)
+        if table is None:
+            raise CommandError(f"{args.tenant}: no such tenant", EXIT_UNKNOWN)
+        if action != "add":
+            raise CommandError(
+                f"server {name!r} may be shared with other tenants: a tenant's client can only propose new "
+                "servers; ask the operator for this change"
+            )
+        current = sup.config.servers.get(name) if name in table.servers else None
     if action == "add":
         if current is not None:
             raise CommandError(f"server {name!r} already exists (propose a patch to change it)")
@@ -119,7 +133,7 @@ async def server_propose(sup: Supervisor, args: ProposeArgs) -> dict[str, Any]:
         _check_client_table(name, args.config)
         # Checked as if it stood in the config file, so an approval cannot fail on its form.
         server = configstore.server_from_table(name, args.config, source=source)
-        proposal = new_proposal(name, "add", config=configstore.server_table(server))
+        proposal = new_proposal(name, "add", config=configstore.server_table(server), tenant=args.tenant)
     else:
         if current is None:
             raise CommandError(f"{name}: no such server", EXIT_UNKNOWN)
@@ -151,9 +165,16 @@ async def server_propose(sup: Supervisor, args: ProposeArgs) -> dict[str, Any]:
     }
 
 
-@command("server.proposals", ctl=False)
-async def server_proposals(sup: Supervisor, args: Args) -> dict[str, Any]:
+class ProposalsArgs(Args):
+    tenant: str | None = None  # a tenant's client sees its own proposals alone
+
+
+@command("server.proposals", args=ProposalsArgs, ctl=False)
+async def server_proposals(sup: Supervisor, args: ProposalsArgs) -> dict[str, Any]:
     """The pending proposals, redacted (for the frontend's `upstream_servers list`)."""
+    if args.tenant:
+        mine = [proposal for proposal in sup.proposals if proposal.tenant == args.tenant]
+        return {"proposals": [{**listing(proposal), "name": proposal.name} for proposal in mine]}
     return {"proposals": [listing(proposal) for proposal in sup.proposals]}
 
 
@@ -196,33 +217,43 @@ async def apply_proposal(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
     server: ServerConfig | None
     if proposal.action == "add":
         if current is not None:
-            sup.proposals.pop(name)
+            sup.proposals.pop(proposal.key)
             raise CommandError(f"{name}: a server of that name exists now; the proposal to add it was dropped")
         # The operator approved what runs: not quarantined. Its tools are pinned as first seen.
         table = {**(proposal.config or {}), "quarantined": False}
         server = configstore.server_from_table(name, table, source=f"proposed server {name!r}")
     else:
         if current is None:
-            sup.proposals.pop(name)
+            sup.proposals.pop(proposal.key)
             raise CommandError(f"{name}: no such server any more; the proposal was dropped", EXIT_UNKNOWN)
         server = _result(proposal, current)
+    if proposal.tenant and proposal.tenant not in sup.config.tenants:
+        sup.proposals.pop(proposal.key)
+        raise CommandError(
+            f"{proposal.key}: tenant {proposal.tenant!r} is no longer configured; the proposal was dropped"
+        )
     # Dropped first, so applying it does not read as the servers changing under it; kept on failure.
-    sup.proposals.pop(name)
+    sup.proposals.pop(proposal.key)
     try:
         if server != current:
-            await sup.change_server(name, server)
+            await sup.change_server(name, server, tenant=proposal.tenant)
     except BaseException:
         sup.proposals.put(proposal)
         raise
-    result: dict[str, Any] = {"kind": "proposal", "name": name, "action": "approve", "proposal": proposal.action}
+    result: dict[str, Any] = {
+        "kind": "proposal",
+        "name": proposal.key,
+        "action": "approve",
+        "proposal": proposal.action,
+    }
     if server is not None:
         result["config"] = redacted(configstore.server_table(server))
     return result
 
 
 def reject_proposal(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
-    sup.proposals.pop(proposal.name)
-    return {"kind": "proposal", "name": proposal.name, "action": "block", "proposal": proposal.action}
+    sup.proposals.pop(proposal.key)
+    return {"kind": "proposal", "name": proposal.key, "action": "block", "proposal": proposal.action}
 
 
 def _result(proposal: Proposal, current: ServerConfig) -> ServerConfig | None:

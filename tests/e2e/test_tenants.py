@@ -329,3 +329,46 @@ async def test_limits_revocation_and_idle_stop(tmp_path: Path) -> None:
         assert "result" in second, second
         assert second["result"]["content"][0]["text"] != first_pid
         assert stack.status()["idler/echo"]["state"] == "RUNNING"
+
+
+async def test_a_tenants_proposals_are_its_own(tmp_path: Path) -> None:
+    async with tenant_stack(tmp_path) as (stack, tokens), httpx2.AsyncClient(timeout=60) as http:
+        tokens["bob"] = add_token(stack.config_path, "bob")
+        alice = Modern(http, stack.base_url, tokens["alice"])
+        bob = Modern(http, stack.base_url, tokens["bob"])
+        await bob.tool_names()
+
+        async def propose(client: Modern, name: str) -> Any:
+            arguments = {"operation": "add", "name": name, **echo_server(name)}
+            return await client.call("upstream_servers", arguments, path="/mcp")
+
+        # A name alice has and bob cannot see gets the answer of any new name: pending.
+        taken = await propose(bob, "alpha")
+        fresh = await propose(bob, "gamma")
+        assert "PENDING" in json.dumps(taken) and "PENDING" in json.dumps(fresh), (taken, fresh)
+        # Changing a server others may share is the operator's.
+        refused = await bob.call("upstream_servers", {"operation": "disable", "name": "echo"}, path="/mcp")
+        assert refused["result"]["isError"] is True
+
+        bob_list = json.dumps(await bob.call("upstream_servers", {"operation": "list"}, path="/mcp"))
+        alice_list = json.dumps(await alice.call("upstream_servers", {"operation": "list"}, path="/mcp"))
+        assert "gamma" in bob_list and "gamma" not in alice_list
+
+        code, pending = stack.ctl("pending")
+        names = {row["name"] for row in pending["proposals"]}
+        assert {"bob/gamma", "bob/alpha"} <= names, pending
+        code, approved = stack.ctl("approve", "bob/gamma")
+        assert code == 0, approved
+        config = stack.config_path.read_text()
+        assert "[servers.gamma]" in config
+
+        with trio.fail_after(30):
+            while "gamma:echo" not in await bob.tool_names():
+                await trio.sleep(0.3)
+        assert not any(name.startswith("gamma:") for name in await alice.tool_names())
+        assert stack.status()["bob/gamma"]["state"] == "RUNNING"
+
+        # Approving bob's "alpha" tells the operator the name is taken; nothing changes for alice.
+        code, answer = stack.ctl("approve", "bob/alpha")
+        assert code != 0 and "exists" in json.dumps(answer), answer
+        assert "alpha:echo" in await alice.tool_names()

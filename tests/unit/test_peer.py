@@ -12,10 +12,10 @@ import pytest
 
 from mcpvisor.frontend.endpoints.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
 from mcpvisor.frontend.endpoints.peer import PeerUnknown, peer_uid
-from mcpvisor.wire.state_db import open_state_db
 from mcpvisor.supervisor import configstore
 from mcpvisor.wire import logs
 from mcpvisor.wire.config import Settings
+from mcpvisor.wire.state_db import open_state_db
 from mcpvisor.wire.trust import exposure_problem, exposure_warning, is_loopback, local_users_only
 
 linux_only = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net/tcp")
