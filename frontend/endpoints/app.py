@@ -17,13 +17,12 @@ from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
 from mcpvisor.frontend.endpoints.boundary import Boundary, replay
 from mcpvisor.frontend.endpoints.direct import shortcuts_of
-from mcpvisor.frontend.endpoints.fastpath import FastPath
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
 from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
-from mcpvisor.frontend.endpoints.session_path import SessionPath
+from mcpvisor.frontend.endpoints.session_path import ShortPaths
 from mcpvisor.wire.trust import is_loopback
 
 if TYPE_CHECKING:
@@ -74,11 +73,6 @@ def _counted(send: Send, metrics: Metrics, endpoint: str) -> Send:
     return counting
 
 
-def _modern(scope: Scope) -> bool:
-    """The request names no session: a 2026-07-28 one, for the stateless fast path."""
-    return not any(name == b"mcp-session-id" for name, _ in scope["headers"])
-
-
 class FrontendApp:
     """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py)."""
 
@@ -94,13 +88,6 @@ class FrontendApp:
         self.upstreams = upstreams
         self.metrics = metrics
         security = _security(host)
-        self.fast = FastPath(
-            upstreams,
-            max_body=max_body,
-            allowed_hosts=security.allowed_hosts if security is not None else None,
-            allowed_origins=security.allowed_origins if security is not None else None,
-            server_info={"name": "mcpvisor-direct", "version": "0.1.0"},
-        )
         # /mcp/servers/NAME: one upstream under its own names, built on its first request.
         self.servers = ServerEndpoints(upstreams, security, max_body)
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
@@ -113,21 +100,19 @@ class FrontendApp:
             )
             self._managers[path] = manager
             self._apps[path] = StreamableHTTPASGIApp(manager)
-        # Short paths of /mcp/direct: answered without the SDK's server when nothing can stream.
-        self.sessions: SessionPath | None = None
-        direct = endpoints.get("/mcp/direct")
-        if direct is not None and (shortcuts := shortcuts_of(direct)) is not None:
-            self.fast.listings = shortcuts.listings
-            self.sessions = SessionPath(
-                upstreams,
-                self._managers["/mcp/direct"],
-                shortcuts.sessions,
-                shortcuts.listings,
-                sdk_tools=shortcuts.sdk_tools,
-                max_body=max_body,
-                allowed_hosts=self.fast.allowed_hosts,
-                allowed_origins=self.fast.allowed_origins,
-            )
+        # Short paths: requests answered without the SDK's server when nothing can stream.
+        self._short: dict[str, ShortPaths] = {}
+        for path, server in endpoints.items():
+            if (shortcuts := shortcuts_of(server)) is not None:
+                self._short[path] = ShortPaths(
+                    upstreams,
+                    self._managers[path],
+                    server,
+                    shortcuts,
+                    max_body=max_body,
+                    allowed_hosts=security.allowed_hosts if security is not None else None,
+                    allowed_origins=security.allowed_origins if security is not None else None,
+                )
 
     async def run(self, stack: AsyncExitStack) -> None:
         """Start every endpoint's session manager on `stack`."""
@@ -138,8 +123,7 @@ class FrontendApp:
         """Serve a request the gateway admitted; False when no endpoint of this stack is at its path."""
         path = scope["path"].rstrip("/") or "/"
         if (app := self._apps.get(path)) is not None:
-            if path == "/mcp/direct":
-                short = self.fast if self.sessions is None or _modern(scope) else self.sessions
+            if (short := self._short.get(path)) is not None:
                 answered, body = await short(scope, receive, send)
                 if answered:
                     return True

@@ -16,7 +16,7 @@ from mcpvisor.frontend.endpoints.clients import Clients
 from mcpvisor.frontend.endpoints.listings import Listing
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
 from mcpvisor.frontend.endpoints.pages import paged
-from mcpvisor.frontend.endpoints.session_path import Sessions
+from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
 from mcpvisor.frontend.tools.builtins import MANAGEMENT_TOOLS, Builtins
 from mcpvisor.frontend.unsieved import keep
 
@@ -143,17 +143,8 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
         )
     sessions = Sessions()
     server.middleware += [sessions, clients.remembering]
-    server.shortcuts = Shortcuts(listings, sessions)  # type: ignore[attr-defined]
+    server.shortcuts = Shortcuts(listings, sessions, sdk_tools=frozenset(MANAGEMENT_TOOLS))  # type: ignore[attr-defined]
     return server
-
-
-class Shortcuts:
-    """What the short paths of `/mcp/direct` share with its SDK server (frontend/endpoints/session_path.py)."""
-
-    def __init__(self, listings: dict[str, Listing], sessions: Sessions) -> None:
-        self.listings = listings
-        self.sessions = sessions
-        self.sdk_tools = frozenset(MANAGEMENT_TOOLS)
 
 
 def shortcuts_of(server: Server[Any]) -> Shortcuts | None:

@@ -5,6 +5,8 @@ request-response: this module answers it without the SDK's server, decoding the 
 msgspec and passing the upstream's result through as it came, with the fields the protocol adds.
 `tools/list`, `prompts/list` and `resources/list` are answered from pages encoded once per change
 of what clients see (frontend/endpoints/listings.py).
+An endpoint's own tools that need nothing of the SDK (`retrieve_tools` on `/mcp`) are answered
+by their handler, the result shaped as the SDK's server shapes it.
 Everything else (another era, another method, progress, logs, a client that can be asked for
 sampling, elicitation or roots, Mcp-Param headers, a management tool, a bad cursor, anything
 malformed or unusual) falls through to the SDK, which also produces every error a
@@ -20,6 +22,8 @@ from fnmatch import fnmatch
 from typing import Any
 
 import msgspec
+from mcp_types.methods import serialize_server_result
+from pydantic import ValidationError
 
 from mcpvisor.frontend.door.forwarding import ENVELOPE_PREFIX
 from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, Upstreams
@@ -31,6 +35,8 @@ log = logging.getLogger(__name__)
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+# An endpoint's own tool answered on the short paths: arguments in, a CallToolResult wire dict out.
+LocalTool = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 MODERN = "2026-07-28"
 _PROTOCOL_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -90,14 +96,19 @@ class FastPath:
         allowed_origins: list[str] | None,
         server_info: dict[str, str],
         listings: Mapping[str, Listing] | None = None,
+        local_tools: Mapping[str, LocalTool] | None = None,
+        upstream_tools: bool = True,
     ) -> None:
         self.upstreams = upstreams
         self.listings: Mapping[str, Listing] = listings or {}
+        self.local_tools: Mapping[str, LocalTool] = local_tools or {}
+        self.upstream_tools = upstream_tools  # other names are upstream tools (else the SDK's)
         self.max_body = max_body
         self.allowed_hosts = allowed_hosts
         self.allowed_origins = allowed_origins
         self.server_info = server_info
-        self._stamp = _encode({"io.modelcontextprotocol/serverInfo": server_info})
+        self._stamp_fields = {"io.modelcontextprotocol/serverInfo": server_info}
+        self._stamp = _encode(self._stamp_fields)
 
     def _eligible(self, scope: Scope) -> dict[str, str] | None:
         """The request's headers when it may take the short way, else None."""
@@ -144,13 +155,20 @@ class FastPath:
             or (mcp_name is not None and mcp_name != call.params.name)
         ):
             return False, body
+        arguments = bytes(call.params.arguments)
+        if arguments.lstrip()[:1] != b"{":
+            return False, body  # the SDK explains arguments that are not an object
+        local = self.local_tools.get(call.params.name)
+        if local is not None:
+            result = await local(_decode_result.decode(arguments))
+            await _respond(send, self._local_result(call.id, result))
+            return True, body
+        if not self.upstream_tools:
+            return False, body
         try:
             target = self.upstreams.find_tool(call.params.name)
         except NotFound:
             return False, body  # the SDK path explains unknown names
-        arguments = bytes(call.params.arguments)
-        if arguments.lstrip()[:1] != b"{":
-            return False, body  # the SDK explains arguments that are not an object
         params: dict[str, Any] = {"name": target.tool, "arguments": call.params.arguments}
         forwarded_meta = {key: value for key, value in meta.items() if not key.startswith(ENVELOPE_PREFIX)}
         if forwarded_meta:
@@ -195,6 +213,17 @@ class FastPath:
         await _respond(send, b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b',"result":' + result + b"}")
         return True
 
+    def _local_result(self, request_id: int | str, result: dict[str, Any]) -> bytes:
+        """The JSON-RPC response carrying a local tool's result, as the SDK's server sends it."""
+        head = b'{"jsonrpc":"2.0","id":' + _encode(request_id) + b","
+        shaped = shaped_result(MODERN, result)
+        if shaped is None:
+            error = {"code": INTERNAL_ERROR, "message": "Internal error: the tool's result could not be sent"}
+            return head + b'"error":' + _encode(error) + b"}"
+        meta = shaped.get("_meta")
+        shaped["_meta"] = {**(meta if isinstance(meta, dict) else {}), **self._stamp_fields}
+        return head + b'"result":' + _encode(shaped) + b"}"
+
     def _result(self, request_id: int | str, raw: bytes) -> bytes:
         """The JSON-RPC response carrying an upstream's result, with the fields 2026-07-28 adds.
 
@@ -223,6 +252,16 @@ class FastPath:
 _PLAIN_FIELDS = frozenset({"content", "structuredContent", "isError"})
 _RESULT_FIELDS = _PLAIN_FIELDS | {"_meta", "resultType"}
 _decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def shaped_result(version: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """A tools/call result as the SDK's server sends it to a client of `version` (the same check and
+    sieve); None for one it would refuse."""
+    try:
+        return serialize_server_result("tools/call", version, result)
+    except (ValidationError, KeyError):
+        log.exception("a local tool returned a result that cannot be sent")
+        return None
 
 
 class _BadResult(Exception):

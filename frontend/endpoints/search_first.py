@@ -15,7 +15,9 @@ from mcp.shared.exceptions import MCPError
 from mcpvisor.frontend.door.forwarding import complete
 from mcpvisor.frontend.endpoints.direct import CACHE_HINTS
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
+from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
 from mcpvisor.frontend.tools.builtins import SEARCH_ENDPOINT_TOOLS, Builtins
+from mcpvisor.frontend.tools.retrieval import RETRIEVE_TOOL_NAME
 from mcpvisor.wire.errors import INVALID_PARAMS
 
 INSTRUCTIONS = (
@@ -61,4 +63,13 @@ def build_search_server(builtins: Builtins) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    # retrieve_tools needs nothing of the SDK's server: quiet clients get it on the short paths.
+    sessions = Sessions()
+    server.middleware.append(sessions)
+
+    async def retrieve(arguments: dict[str, Any]) -> dict[str, Any]:
+        return await builtins.call(RETRIEVE_TOOL_NAME, arguments)
+
+    local = {RETRIEVE_TOOL_NAME: retrieve}
+    server.shortcuts = Shortcuts({}, sessions, local_tools=local, upstream_tools=False)  # type: ignore[attr-defined]
     return server

@@ -9,6 +9,9 @@ this module gives directly: the envelope decoded with msgspec, the upstream's re
 its bytes, list pages served from `Listing`s. The call still goes through `Upstreams.call_tool`
 (the gate, the audit record).
 
+An endpoint's own tools that need nothing of the SDK (`retrieve_tools` on `/mcp`) are answered by
+their handler, the result shaped as the SDK's server shapes it for the session's version.
+
 The SDK keeps everything else: `initialize` (sessions exist only once it created them), the GET
 stream, DELETE, notifications, server-to-client requests, management tools, a session it does not
 know or has ended (its 404), a bad cursor, anything malformed or unusual. A request falls through
@@ -20,11 +23,13 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import msgspec
 import trio
+from mcp.server import Server
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -37,13 +42,16 @@ from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, U
 from mcpvisor.frontend.endpoints.clients import connection_of
 from mcpvisor.frontend.endpoints.fastpath import (
     CallParams,
+    FastPath,
     ListParams,
+    LocalTool,
     Receive,
     Scope,
     Send,
     _BadResult,
     admitted,
     read_body,
+    shaped_result,
 )
 from mcpvisor.frontend.endpoints.listings import Listing
 from mcpvisor.wire.errors import INTERNAL_ERROR
@@ -74,6 +82,7 @@ _decode_request = msgspec.json.Decoder(_Request)
 _decode_cancel = msgspec.json.Decoder(_Cancel)
 _decode_call = msgspec.json.Decoder(CallParams)
 _decode_list = msgspec.json.Decoder(ListParams)
+_decode_arguments = msgspec.json.Decoder(dict[str, Any])
 
 
 class Sessions:
@@ -122,12 +131,16 @@ class SessionPath:
         max_body: int,
         allowed_hosts: list[str] | None,
         allowed_origins: list[str] | None,
+        local_tools: Mapping[str, LocalTool] | None = None,
+        upstream_tools: bool = True,
     ) -> None:
         self.upstreams = upstreams
         self.manager = manager
         self.sessions = sessions
         self.listings = listings
         self.sdk_tools = sdk_tools  # tools the endpoint's own handlers serve (they need the SDK's context)
+        self.local_tools: Mapping[str, LocalTool] = local_tools or {}
+        self.upstream_tools = upstream_tools  # other names are upstream tools (else the SDK's)
         self.max_body = max_body
         self.allowed_hosts = allowed_hosts
         self.allowed_origins = allowed_origins
@@ -189,7 +202,7 @@ class SessionPath:
                     key = (session_id, request.id)
                     self._running[key] = scope
                     try:
-                        message = await self._call(request)
+                        message = await self._call(request, version)
                     finally:
                         del self._running[key]
                 if scope.cancelled_caught:
@@ -229,7 +242,7 @@ class SessionPath:
             return None
         return b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b',"result":' + result + b"}"
 
-    async def _call(self, request: _Request) -> bytes | None:
+    async def _call(self, request: _Request, version: str) -> bytes | None:
         if not request.params:
             return None
         try:
@@ -241,6 +254,15 @@ class SessionPath:
         if bytes(params.arguments).lstrip()[:1] != b"{":
             return None  # the SDK explains arguments that are not an object
         head = b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b","
+        local = self.local_tools.get(params.name)
+        if local is not None:
+            shaped = shaped_result(version, await local(_decode_arguments.decode(params.arguments)))
+            if shaped is None:
+                error = {"code": INTERNAL_ERROR, "message": "Internal error: the tool's result could not be sent"}
+                return head + b'"error":' + _encode(error) + b"}"
+            return head + b'"result":' + _encode(shaped) + b"}"
+        if not self.upstream_tools:
+            return None
         try:
             target = self.upstreams.find_tool(params.name)
         except NotFound as exc:
@@ -260,6 +282,61 @@ class SessionPath:
         except _BadResult as exc:
             error = {"code": INTERNAL_ERROR, "message": f"Tool '{params.name}': server '{target.server}' {exc}"}
             return head + b'"error":' + _encode(error) + b"}"
+
+
+@dataclass
+class Shortcuts:
+    """What an endpoint's short paths share with its SDK server (see `ShortPaths`)."""
+
+    listings: Mapping[str, Listing]
+    sessions: Sessions
+    sdk_tools: frozenset[str] = frozenset()  # names the SDK's server answers (they need its context)
+    local_tools: Mapping[str, LocalTool] = field(default_factory=dict)  # answered by their handler here
+    upstream_tools: bool = True  # any other name is an upstream tool; else the SDK's server answers it
+
+
+class ShortPaths:
+    """One endpoint's short paths: `FastPath` for 2026-07-28 requests, `SessionPath` on sessions."""
+
+    def __init__(
+        self,
+        upstreams: Upstreams,
+        manager: StreamableHTTPSessionManager,
+        server: Server[Any],
+        shortcuts: Shortcuts,
+        *,
+        max_body: int,
+        allowed_hosts: list[str] | None,
+        allowed_origins: list[str] | None,
+    ) -> None:
+        self.fast = FastPath(
+            upstreams,
+            max_body=max_body,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+            server_info={"name": server.name, "version": server.version or ""},
+            listings=shortcuts.listings,
+            local_tools=shortcuts.local_tools,
+            upstream_tools=shortcuts.upstream_tools,
+        )
+        self.sessions = SessionPath(
+            upstreams,
+            manager,
+            shortcuts.sessions,
+            shortcuts.listings,
+            sdk_tools=shortcuts.sdk_tools,
+            max_body=max_body,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+            local_tools=shortcuts.local_tools,
+            upstream_tools=shortcuts.upstream_tools,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> tuple[bool, bytes]:
+        """(answered, body read): when not answered, the body must be replayed to the SDK."""
+        # A request that names no session is a 2026-07-28 one, for the stateless path.
+        stateless = not any(name == b"mcp-session-id" for name, _ in scope["headers"])
+        return await (self.fast if stateless else self.sessions)(scope, receive, send)
 
 
 async def _respond(send: Send, status: int, body: bytes, content_type: bytes, session_id: str) -> None:

@@ -119,8 +119,11 @@ async def test_lists_follow_what_clients_may_see(tmp_path: Path, mode: str) -> N
                 await trio.sleep(0.1)
 
 
-async def handshake(http: httpx2.AsyncClient, stack: Stack, capabilities: dict[str, Any]) -> dict[str, str]:
-    """Open a 2025-11-25 session by hand; the headers its requests carry."""
+async def handshake(
+    http: httpx2.AsyncClient, stack: Stack, capabilities: dict[str, Any], *, url: str | None = None
+) -> dict[str, str]:
+    """Open a 2025-11-25 session by hand (on /mcp/direct unless `url` says); the headers its requests carry."""
+    url = url or stack.direct_url
     opening = {
         "jsonrpc": "2.0",
         "id": 0,
@@ -131,12 +134,10 @@ async def handshake(http: httpx2.AsyncClient, stack: Stack, capabilities: dict[s
             "clientInfo": {"name": "t", "version": "1"},
         },
     }
-    response = await http.post(stack.direct_url, headers=HEADERS, json=opening)
+    response = await http.post(url, headers=HEADERS, json=opening)
     assert response.status_code == 200
     headers = {**HEADERS, "mcp-session-id": response.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-    initialized = await http.post(
-        stack.direct_url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
-    )
+    initialized = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert initialized.status_code == 202
     return headers
 
@@ -205,3 +206,53 @@ async def test_handshake_sessions_on_the_wire(tmp_path: Path) -> None:
         assert refused["error"]["code"] == types.INVALID_PARAMS
         again = await http.post(stack.direct_url, headers=fresh, json=call(8, "echo:echo", {"text": "still"}))
         assert answer(again)["result"]["content"][0]["text"] == "still"
+
+
+SEARCHES = [
+    {"query": "echo the text back"},
+    {"query": "weather in a city", "limit": 2},
+    {"query": 5},  # not a string: the tool's own error
+    {"query": "add", "unknown": True},  # an argument the tool has not got
+    {"limit": 3},  # no query
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_retrieve_tools_on_the_short_paths_answers_as_the_sdk_does(tmp_path: Path, mode: str) -> None:
+    async with (
+        open_stack(tmp_path, SERVERS) as stack,
+        stack.client("/mcp", mode=mode) as short,
+        stack.client("/mcp", mode=mode, list_roots_callback=no_roots) as sdk,
+    ):
+        for arguments in SEARCHES:
+            mine, theirs = (
+                await outcome(short, "retrieve_tools", arguments),
+                await outcome(sdk, "retrieve_tools", arguments),
+            )
+            assert mine == theirs, arguments
+        found = await outcome(short, "retrieve_tools", {"query": "weather in a city", "limit": 2})
+        assert found["structuredContent"]["tools"][0]["name"].endswith(":weather")
+        assert len(found["structuredContent"]["tools"]) == 2
+        assert (await outcome(short, "retrieve_tools", {"query": 5}))["isError"] is True
+        # The endpoint's other tools and names stay the SDK's.
+        for name, arguments in (("read_cache", {"key": "nope"}), ("alpha:echo", {"text": "x"})):
+            assert await outcome(short, name, arguments) == await outcome(sdk, name, arguments)
+
+
+async def test_retrieve_tools_of_a_quiet_session_is_answered_with_json(tmp_path: Path) -> None:
+    async with open_stack(tmp_path, {"echo": echo_server()}) as stack, httpx2.AsyncClient(timeout=30) as http:
+        search = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "retrieve_tools", "arguments": {"query": "echo"}},
+        }
+        answers = []
+        for capabilities in ({}, {"roots": {}}):
+            headers = await handshake(http, stack, capabilities, url=stack.url)
+            answers.append(await http.post(stack.url, headers=headers, json=search))
+        fast, slow = answers
+        assert fast.headers["content-type"] == "application/json"
+        assert slow.headers["content-type"].startswith("text/event-stream")
+        assert answer(fast) == answer(slow)
+        assert answer(fast)["result"]["structuredContent"]["tools"][0]["name"] == "echo:echo"
