@@ -127,7 +127,7 @@ async def run(
     )
     authenticator = None
     if spec.tenants or spec.oauth is not None:
-        authenticator = Authenticator(TokenStore(db), spec.tenants)
+        authenticator = Authenticator(TokenStore(db), spec.tenants, admin_token_files=settings.admin_token_files)
     app = Gateway(stacks, host, settings.max_body_bytes, authenticator=authenticator, metrics=shared.metrics)
 
     config = HypercornConfig()

@@ -127,6 +127,8 @@ class Settings(_Strict):
     activity_max_rows: Annotated[int, msgspec.Meta(ge=1)] = 100_000
     # A tenant's workers stop after this long without a request of that tenant (0: never).
     tenant_idle_stop: Seconds = 600.0
+    # Files that each hold one operator (admin) token, for containers; read at start, kept as hashes.
+    admin_token_files: list[str] = []
 
 
 TENANT_NAME = SERVER_NAME
@@ -145,6 +147,8 @@ class TenantConfig(_Strict):
     idle_stop: Seconds | None = None  # None: [mcpvisor].tenant_idle_stop; 0: never stop
     # Values of the OAuth claim (`[oauth].claim`) that mean this tenant, besides its own name.
     claim_values: list[str] = []
+    # Files that each hold one token of this tenant (container secrets); read at start, kept as hashes.
+    token_files: list[str] = []
 
 
 class OAuthResourceConfig(_Strict):

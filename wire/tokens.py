@@ -102,6 +102,28 @@ class TokenStore:
         return TokenInfo(row[0], row[2], bool(row[3]), row[4], row[5], now)
 
 
+MIN_TOKEN_LENGTH: Final = 32  # a token from a file must be at least this long: it is all that guards the door
+
+
+def digest(token: str) -> str:
+    """The hash a token is known by."""
+    return _digest(token)
+
+
+def read_token_file(path: str) -> str:
+    """The token a secret file holds (surrounding whitespace dropped); TokenError without its content."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            token = file.read(4096).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenError(
+            f"token file {path}: cannot read it ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+        ) from None
+    if len(token) < MIN_TOKEN_LENGTH or any(c.isspace() for c in token):
+        raise TokenError(f"token file {path}: a token must be one word of at least {MIN_TOKEN_LENGTH} characters")
+    return token
+
+
 def parse_expiry(text: str, *, now: float | None = None) -> float:
     """`30d`, `12h`, `90m`, `3600s` or an ISO date/time -> a Unix time; TokenError otherwise."""
     import datetime

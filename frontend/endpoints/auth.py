@@ -11,13 +11,16 @@ Being an operator matters on the admin surfaces only: nothing an MCP request say
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from mcpvisor.wire.config import TenantConfig
 from mcpvisor.wire.tokens import PREFIX as TOKEN_PREFIX
-from mcpvisor.wire.tokens import TokenStore
+from mcpvisor.wire.tokens import TokenError, TokenStore, digest, read_token_file
+
+log = logging.getLogger(__name__)
 
 PRINCIPAL_KEY: Final = "mcpvisor.principal"  # where the boundary leaves the principal in the ASGI scope
 
@@ -70,17 +73,37 @@ class Authenticator:
         *,
         jwt: JwtCheck | None = None,
         resource_metadata: str | None = None,
+        admin_token_files: list[str] | None = None,
     ) -> None:
         self.tokens = tokens
         self.tenants = tenants
         self.jwt = jwt
         self.resource_metadata = resource_metadata  # URL of /.well-known/oauth-protected-resource
+        # Tokens from secret files (the config's token_files): their hashes, read once at start.
+        self.from_files: dict[str, Principal] = {}
+        for path in admin_token_files or []:
+            self._read_file(path, Principal(tenant=None, admin=True, token_id="file", subject=f"token file {path}"))
+        for name, table in tenants.items():
+            for path in table.token_files:
+                self._read_file(
+                    path, Principal(tenant=name, admin=False, token_id="file", subject=f"token file {path}")
+                )
+
+    def _read_file(self, path: str, principal: Principal) -> None:
+        try:
+            self.from_files[digest(read_token_file(path))] = principal
+        except TokenError as exc:
+            log.error("%s; that token is not accepted", exc)
 
     async def principal(self, scope: dict[str, Any]) -> Principal:
         """The principal of a request; InvalidToken (its message for the 401) when there is none."""
         token = bearer_token(scope)
         if token is None:
             raise InvalidToken("this mcpvisor needs `Authorization: Bearer TOKEN`", given=False)
+        if self.from_files and (found := self.from_files.get(digest(token))) is not None:
+            if found.tenant is not None and found.tenant not in self.tenants:
+                raise InvalidToken("the token's tenant is no longer configured")
+            return found
         if token.startswith(TOKEN_PREFIX):
             info = self.tokens.check(token)
             if info is None:

@@ -11,6 +11,7 @@ Two checks, both cheap and both answered here with a clear 4xx:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import operator
@@ -20,7 +21,14 @@ from typing import Any, Final
 
 import msgspec
 
-from mcpvisor.frontend.endpoints.auth import PRINCIPAL_KEY, PUBLIC_PATHS, WORKSTATION, Authenticator, InvalidToken
+from mcpvisor.frontend.endpoints.auth import (
+    PRINCIPAL_KEY,
+    PUBLIC_PATHS,
+    WORKSTATION,
+    Authenticator,
+    InvalidToken,
+    bearer_token,
+)
 from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_uid
 
 log = logging.getLogger(__name__)
@@ -52,7 +60,12 @@ class Boundary:
                 await send_json(send, 403, {"error": "forbidden", "message": refusal})
                 return None
             scope[PRINCIPAL_KEY] = WORKSTATION
-        elif not scope["path"].startswith(PUBLIC_PATHS):
+        elif scope["path"].startswith(PUBLIC_PATHS):
+            # Anyone may ask; a token that admits its bearer shows an operator more (/healthz).
+            if bearer_token(scope) is not None:
+                with contextlib.suppress(InvalidToken):
+                    scope[PRINCIPAL_KEY] = await self.authenticator.principal(scope)
+        else:
             try:
                 scope[PRINCIPAL_KEY] = await self.authenticator.principal(scope)
             except InvalidToken as exc:

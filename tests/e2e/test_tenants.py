@@ -112,23 +112,29 @@ class Modern:
 
 @asynccontextmanager
 async def tenant_stack(tmp_path: Path) -> AsyncIterator[tuple[Stack, dict[str, str]]]:
-    # Tokens can be made before mcpvisor ever runs: the config and the data dir are enough.
-    config = tmp_path / "mcpvisor.toml"
-    data = tmp_path / "data"
+    """Tokens three ways: made before mcpvisor runs, read from secret files, made while it runs."""
+    import secrets
+
     import tomli_w
 
+    tokens = {"idler": secrets.token_urlsafe(32), "admin": secrets.token_urlsafe(32)}
+    secret_dir = tmp_path / "secrets"
+    secret_dir.mkdir()
+    for name, token in tokens.items():
+        (secret_dir / name).write_text(token + "\n")
+    tenants = {**TENANTS, "idler": {**TENANTS["idler"], "token_files": [str(secret_dir / "idler")]}}
+    settings = {
+        "enable_server_endpoints": True,
+        "page_size": 3,
+        "admin_token_files": [str(secret_dir / "admin"), str(secret_dir / "missing")],
+    }
+    config = tmp_path / "mcpvisor.toml"
+    data = tmp_path / "data"
     config.write_text(
-        tomli_w.dumps(
-            {
-                "mcpvisor": {"data_dir": str(data), "enable_direct_endpoint": True},
-                "servers": SERVERS,
-                "tenants": TENANTS,
-            }
-        )
+        tomli_w.dumps({"mcpvisor": {"data_dir": str(data), **settings}, "servers": SERVERS, "tenants": tenants})
     )
-    tokens = {tenant: add_token(config, tenant) for tenant in ("alice", "carol", "idler")}
-    settings = {"enable_server_endpoints": True, "page_size": 3}
-    async with open_stack(tmp_path, SERVERS, settings=settings, wait_for=[], tables={"tenants": TENANTS}) as stack:
+    tokens.update({tenant: add_token(config, tenant) for tenant in ("alice", "carol")})
+    async with open_stack(tmp_path, SERVERS, settings=settings, wait_for=[], tables={"tenants": tenants}) as stack:
         yield stack, tokens
 
 
@@ -159,6 +165,9 @@ async def test_tenants_are_isolated_on_every_path(tmp_path: Path) -> None:
         assert wrong.status_code == 401 and 'error="invalid_token"' in wrong.headers["www-authenticate"]
         assert "mcpv_not-a-token" not in wrong.text
         assert (await http.get(f"{stack.base_url}/healthz")).json() == {"status": "ok"}
+        # A missing secret file is named in the log, and nothing of a token is.
+        frontend_log = stack.log("frontend.log")
+        assert "missing" in frontend_log and tokens["admin"] not in frontend_log and tokens["idler"] not in frontend_log
 
         # Nothing of a tenant runs before it is used.
         rows = stack.status()
@@ -182,6 +191,15 @@ async def test_tenants_are_isolated_on_every_path(tmp_path: Path) -> None:
         rows = stack.status()
         assert rows["alice/echo"]["state"] == "RUNNING" and rows["bob/echo"]["state"] == "RUNNING"
         assert rows["alice/echo"]["pid"] != rows["bob/echo"]["pid"]
+        # An operator's token from a secret file sees every worker; a tenant's token is no operator.
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        health = (await http.get(f"{stack.base_url}/healthz", headers=admin)).json()
+        assert "alice/echo" in health["servers"] and "bob/echo" in health["servers"]
+        assert (await http.get(f"{stack.base_url}/metrics", headers=admin)).status_code == 200
+        tenant_metrics = await http.get(
+            f"{stack.base_url}/metrics", headers={"Authorization": f"Bearer {tokens['alice']}"}
+        )
+        assert tenant_metrics.status_code == 403
         code, tenant_rows = stack.ctl("status", "--tenant", "alice")
         assert {row["name"] for row in tenant_rows} == {"alice/echo", "alice/alpha"}, (code, tenant_rows)
 
