@@ -257,11 +257,46 @@ _decode_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
 def shaped_result(version: str, result: dict[str, Any]) -> dict[str, Any] | None:
     """A tools/call result as the SDK's server sends it to a client of `version` (the same check and
     sieve); None for one it would refuse."""
+    plain = _plain_shape(version, result)
+    if plain is not None:
+        return plain
     try:
         return serialize_server_result("tools/call", version, result)
     except (ValidationError, KeyError):
         log.exception("a local tool returned a result that cannot be sent")
         return None
+
+
+# Versions whose tools/call results carry `structuredContent`; the last also `resultType`.
+_STRUCTURED_VERSIONS = frozenset({"2025-06-18", "2025-11-25", MODERN})
+_LOCAL_FIELDS = frozenset({"content", "structuredContent", "isError", "resultType"})
+
+
+def _plain_shape(version: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """What the SDK's serializer makes of the usual local result (text blocks, structured content),
+    without its models; None for anything else, which the serializer then shapes."""
+    if version not in _STRUCTURED_VERSIONS or not result.keys() <= _LOCAL_FIELDS:
+        return None
+    content, is_error = result.get("content"), result.get("isError", False)
+    if not isinstance(content, list) or not isinstance(is_error, bool):
+        return None
+    for block in content:
+        if not isinstance(block, dict) or block.keys() != {"type", "text"} or block["type"] != "text":
+            return None
+        if not isinstance(block["text"], str):
+            return None
+    if result.get("resultType", "complete") != "complete":
+        return None
+    shaped: dict[str, Any] = {"content": content}
+    if "isError" in result:
+        shaped["isError"] = is_error
+    if version == MODERN:
+        shaped["resultType"] = "complete"
+    if "structuredContent" in result:
+        if not isinstance(result["structuredContent"], dict):
+            return None
+        shaped["structuredContent"] = result["structuredContent"]
+    return shaped
 
 
 class _BadResult(Exception):
