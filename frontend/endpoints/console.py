@@ -184,8 +184,12 @@ class OperatorDoor:
         return session
 
     def _token_alive(self, principal: Principal) -> bool:
-        """Whether the stored token a session was opened with still admits (a JWT's session lives on)."""
-        if self.tokens is None or not principal.subject.startswith("token "):
+        """Whether the stored token a session was opened with still admits.
+
+        Only tokens of the state store are checked here; a session opened with a JWT or a token
+        file lives until it is idle or the frontend restarts (which rereads the files).
+        """
+        if self.tokens is None or principal.subject != f"token {principal.token_id}":
             return True
         now = time.time()
         return any(
