@@ -12,6 +12,7 @@ feeds that recorded challenge to the SDK's flow out of band (`login`), never res
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -33,7 +34,7 @@ from mcp.shared.auth import (
     ProtectedResourceMetadata,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from pydantic import ValidationError
+from pydantic import AnyUrl, ValidationError
 
 from mcpvisor.wire import oauth_store
 from mcpvisor.wire.config import UpstreamOAuth
@@ -278,20 +279,23 @@ class UpstreamAuth(OAuthClientProvider):
 
     # -- the login (run by the operator's `ctl login`) -------------------------------------------
 
+    def begin_login(self) -> None:
+        """Forget the previous login's URL and code, before anyone waits for the next one's."""
+        self._url_ready = trio.Event()
+        self.authorization_url = self.state = ""
+        self._code, self._code_in = trio.open_memory_channel[AuthorizationCodeResult](1)
+
     async def login(self, redirect_uri: str, http: httpx2.AsyncClient) -> None:
         """Run the authorization code flow from the recorded challenge (or a fresh probe); LoginError."""
         if not self._initialized:
             await self._initialize()
         context = self.context
-        context.client_metadata.redirect_uris = [redirect_uri]  # type: ignore[list-item]
+        context.client_metadata.redirect_uris = [AnyUrl(redirect_uri)]
         client = context.client_info
         if self.settings.client_id:
             context.client_info = self._configured_client()
         elif client is not None and _registered_elsewhere(client, redirect_uri):
             context.client_info = None  # registered for another listener address: register again
-        self._url_ready = trio.Event()
-        self.authorization_url = self.state = ""
-        self._code, self._code_in = trio.open_memory_channel[AuthorizationCodeResult](1)
         challenge = self.challenge or await self._probe(http)
         if challenge is None:
             raise LoginError("the server accepted a request without a login: nothing to log in to")
@@ -381,7 +385,9 @@ class UpstreamAuth(OAuthClientProvider):
     def deliver(self, result: AuthorizationCodeResult) -> None:
         """The redirect reached the listener: hand its code to the waiting flow."""
         if self._code is not None:
-            self._code.send_nowait(result)
+            # A second redirect with the same state (a reload of the page) finds the code taken.
+            with contextlib.suppress(trio.WouldBlock):
+                self._code.send_nowait(result)
 
 
 def _registered_elsewhere(client: OAuthClientInformationFull, redirect_uri: str) -> bool:

@@ -60,6 +60,7 @@ class LoginDesk:
             self.error = ""
             self._done = trio.Event()
             self._scope = trio.CancelScope(deadline=trio.current_time() + LOGIN_TIMEOUT)
+            self.auth.begin_login()
             nursery.start_soon(self._run, redirect_uri, self._scope, self._done)
         done = self._done
         with trio.move_on_after(URL_TIMEOUT):
