@@ -364,6 +364,8 @@ async def measure_catalog(stack: Stack, repeats: int) -> dict[str, Any]:
         file=sys.stderr,
     )
     figures.update(search_stages(repeats * 5))
+    # Other processes on the machine stretch wall times, not the CPU figures: say how loaded it was.
+    figures["load"] = os.getloadavg()[0]
     return figures
 
 
@@ -656,6 +658,7 @@ async def main(args: argparse.Namespace) -> None:
         ),
         ("  of which the search itself, in-process (ms p50)", ours["search_index"], None, ".2f", ""),
         ("  and the encoding of its answer, in-process (ms p50)", ours["search_encode"], None, ".2f", ""),
+        ("load average (1 min) at the end of these figures", ours["load"], None, ".1f", ""),
     ]
     print()
     print(f"{'figure':<76} {'mcpvisor':>16} {'FastMCP':>10}  target")
