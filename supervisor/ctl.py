@@ -155,7 +155,10 @@ def _login(conn: Connection, args: list[str], as_json: bool) -> int:
     args = [arg for arg in args if arg != "--no-wait"]
     reply = conn.call("login", args)
     if not reply.ok:
-        print(f"ERROR: {reply.error}", file=sys.stderr)
+        if as_json:
+            print(json.dumps({"error": reply.error, "exit_code": reply.exit_code}))
+        else:
+            print(f"ERROR: {reply.error}", file=sys.stderr)
         return reply.exit_code or 1
     _print_result(load_all()["login"], reply, as_json)
     sys.stdout.flush()

@@ -338,7 +338,7 @@ class Supervisor:
         """
         if report.upstream_state is None or report.upstream_state is UpstreamState.READY:
             return True
-        server = self.config.servers.get(program.name.removeprefix(WORKER_PREFIX))
+        server = self.config.servers.get(server_of(program.name.removeprefix(WORKER_PREFIX)))
         waiting = (UpstreamState.ERROR, UpstreamState.AUTHENTICATING)  # AUTHENTICATING: for an operator's login
         return report.upstream_state in waiting and server is not None and server.kind != "stdio"
 
@@ -452,7 +452,8 @@ class Supervisor:
     async def ask_worker(self, program: Program, command: str, data: Any = None, timeout: float = 60.0) -> Any:
         """Send a command to one running worker (an operator's `ctl login`); its result, or CommandError."""
         identity = self._worker_identities.get(program.name)
-        if program.state is not ProcessState.RUNNING or identity is None or self._control is None:
+        alive = program.state in (ProcessState.RUNNING, ProcessState.STARTING)
+        if not alive or identity is None or self._control is None:
             raise CommandError(f"{self.display_name(program)}: the worker is not running (see `mcpvisor ctl status`)")
         request = Command(id=next(self._operator_ids), name=command, data=data)
         with self._worker_replies.expect(request.id) as slot:

@@ -7,6 +7,7 @@ browser is an HTTP client that follows the authorization URL the way a user who 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import stat
 import subprocess
@@ -20,6 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.wire import oauth_store
@@ -231,3 +234,38 @@ async def test_step_up_asks_for_the_union_of_scopes_and_logout_forgets_the_token
         assert "mcpvisor ctl login remote" in row["error"]
         assert oauth_store.load(oauth_store.token_path(stack.data_dir, "remote")).tokens is None
         assert "token_expires" not in row
+
+
+async def test_a_tenants_worker_logs_in_for_its_own_session(tmp_path: Path) -> None:
+    token = secrets.token_urlsafe(32)
+    token_file = tmp_path / "acme.token"
+    token_file.write_text(token + "\n")
+    tenants = {"acme": {"servers": ["remote"], "token_files": [str(token_file)]}}
+    async with (
+        oauth_upstream(tmp_path) as upstream,
+        open_stack(tmp_path, {"remote": {"url": upstream.url}}, wait_for=[], tables={"tenants": tenants}) as stack,
+    ):
+
+        @asynccontextmanager
+        async def acme() -> AsyncIterator[Client]:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+                Client(streamable_http_client(stack.direct_url, http_client=http)) as client,
+            ):
+                yield client
+
+        async with acme() as client:
+            await client.list_tools()  # the tenant's first request starts its worker
+        row = await upstream_state(stack, "acme/remote", "authenticating")
+        assert "run `mcpvisor ctl login acme/remote`" in row["error"], row
+
+        page = await log_in(stack, "acme/remote")
+        assert "Logged in to acme/remote" in page
+        await upstream_state(stack, "acme/remote", "ready")
+        stored = oauth_store.token_path(stack.data_dir, "acme/remote")
+        assert stored.name == "acme%2Fremote.json" and oauth_store.load(stored).tokens is not None
+        # The login is that tenant's alone: the worker without a tenant has none.
+        assert oauth_store.load(oauth_store.token_path(stack.data_dir, "remote")).tokens is None
+        async with acme() as client:
+            answer = await client.call_tool("remote:echo", {"text": "acme"})
+            assert not answer.is_error and answer.content[0].text == "acme"
