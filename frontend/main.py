@@ -104,7 +104,7 @@ async def run(
             retention_days=settings.activity_retention_days,
             max_rows=settings.activity_max_rows,
         ),
-        metrics=Metrics(catalog, status=lambda: control_client.call("status")),
+        metrics=Metrics(catalog, status=lambda: control_client.call("status"), workers=router.catalogs.workers),
         control=control_client,
         host=host,
         data_dir=spec.data_dir,

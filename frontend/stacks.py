@@ -46,7 +46,9 @@ from mcpvisor.wire.states import UpstreamState
 log = logging.getLogger(__name__)
 
 # How long a tenant's first request waits for the tenant's workers to be up (or to have failed).
-START_WAIT = 20.0
+# Past it the request is served with the servers that are up; the others join the lists as they
+# come up, and the tenant's clients get list_changed.
+START_WAIT = 45.0
 IDLE_CHECK = 5.0  # seconds between checks for an idle tenant
 
 
@@ -153,24 +155,30 @@ class Stack:
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+            async with AsyncExitStack() as stack:
+                # The session managers' task groups are entered before the nursery opens, so they
+                # close after it: trio requires task groups to nest.
                 await self.app.run(stack)
-                nursery.start_soon(self.clients.serve_notifications)
-                await nursery.start(self.upstreams.rounds.serve)
-                await nursery.start(self.upstreams.serve_index)
-                await nursery.start(self.app.servers.serve)
-                if self.shared.on_demand:
-                    nursery.start_soon(self._serve_idle_stop)
-                self.upstreams.reindex()  # the tenant's workers may have reported before its first request
-                self.started.set()
-                task_status.started()
-                await trio.sleep_forever()
+                async with trio.open_nursery() as nursery:
+                    await self._serve(nursery, task_status)
         finally:
             with trio.CancelScope(shield=True):
                 await self.builtins.aclose()
             if not self.tenant:
                 with contextlib.suppress(OSError):
                     self.upstreams.index.save_cache()  # the next start need not embed these tools again
+
+    async def _serve(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        nursery.start_soon(self.clients.serve_notifications)
+        await nursery.start(self.upstreams.rounds.serve)
+        await nursery.start(self.upstreams.serve_index)
+        await nursery.start(self.app.servers.serve)
+        if self.shared.on_demand:
+            nursery.start_soon(self._serve_idle_stop)
+        self.upstreams.reindex()  # the tenant's workers may have reported before its first request
+        self.started.set()
+        task_status.started()
+        await trio.sleep_forever()
 
     # -- events from below -----------------------------------------------------------------------
 

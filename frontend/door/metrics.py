@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any, Final
 
 import trio
@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from mcpvisor.frontend.door.catalog import Catalog
+from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.door.control import ControlError
 from mcpvisor.wire.states import UpstreamState
 
@@ -55,8 +55,16 @@ def endpoint_label(path: str) -> str:
 class Metrics:
     """The frontend's metrics, in a registry of its own."""
 
-    def __init__(self, catalog: Catalog, *, status: StatusSource | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        *,
+        status: StatusSource | None = None,
+        workers: Callable[[], Iterable[tuple[str, ServerView]]] | None = None,
+    ) -> None:
         self.catalog = catalog
+        # Every worker by id (`server`, `tenant/server`); by default the one catalog's.
+        self.workers = workers or (lambda: ((view.id, view) for view in list(self.catalog.servers.values())))
         self.status = status  # the supervisor's `status` rows (process states, worker pids)
         self.registry = CollectorRegistry(auto_describe=True)
         self.calls = Counter(
@@ -112,7 +120,6 @@ class _StateCollector:
         return []  # the families depend on the servers present at scrape time
 
     def collect(self) -> Iterator[Metric]:
-        catalog = self.metrics.catalog
         upstream = GaugeMetricFamily(
             "mcpvisor_upstream_state", "1 for the upstream's current state", labels=["server", "state"]
         )
@@ -123,17 +130,17 @@ class _StateCollector:
         )
         sizes = {"tools": 0, "resources": 0, "templates": 0, "prompts": 0}
         pids: dict[str, int] = {"frontend": os.getpid(), "supervisor": os.getppid()}
-        for view in catalog.servers.values():
+        for worker, view in self.metrics.workers():
             for state in UpstreamState:
-                upstream.add_metric([view.id, str(state)], 1.0 if view.state is state else 0.0)
-            alive.add_metric([view.id], 1.0 if view.alive else 0.0)
-            tools.add_metric([view.id], float(len(view.tools)))
+                upstream.add_metric([worker, str(state)], 1.0 if view.state is state else 0.0)
+            alive.add_metric([worker], 1.0 if view.alive else 0.0)
+            tools.add_metric([worker], float(len(view.tools)))
             sizes["tools"] += len(view.tools)
             sizes["resources"] += len(view.resources)
             sizes["templates"] += len(view.templates)
             sizes["prompts"] += len(view.prompts)
             if view.pid:
-                pids[f"worker:{view.id}"] = view.pid
+                pids[f"worker:{worker}"] = view.pid
         for kind, count in sizes.items():
             catalog_size.add_metric([kind], float(count))
         yield from (upstream, alive, tools, catalog_size)

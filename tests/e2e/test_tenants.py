@@ -106,6 +106,14 @@ class Modern:
             if not cursor:
                 return names
 
+    async def wait_tools(self, *expected: str, timeout: float = 60) -> set[str]:
+        """The tenant's tools once `expected` are among them: its workers start on its first request,
+        which waits for them a while; on a loaded machine a slow upstream joins the list later."""
+        with trio.fail_after(timeout):
+            while not set(expected) <= (names := await self.tool_names()):
+                await trio.sleep(0.5)
+        return names
+
     async def call(self, name: str, arguments: dict[str, Any], *, path: str = "/mcp/direct") -> Any:
         return await self.rpc("tools/call", {"name": name, "arguments": arguments}, path=path)
 
@@ -178,8 +186,8 @@ async def test_tenants_are_isolated_on_every_path(tmp_path: Path) -> None:
         tokens["bob"] = add_token(stack.config_path, "bob")
         bob = Modern(http, stack.base_url, tokens["bob"])
 
-        alice_tools = await alice.tool_names()
-        bob_tools = await bob.tool_names()
+        alice_tools = await alice.wait_tools("echo:echo", "alpha:echo")
+        bob_tools = await bob.wait_tools("echo:echo", "beta:echo")
         assert {"echo:echo", "alpha:echo"} <= alice_tools and not any(n.startswith("beta:") for n in alice_tools)
         assert {"echo:echo", "beta:echo"} <= bob_tools and not any(n.startswith("alpha:") for n in bob_tools)
         assert not any(n.startswith("res:") for n in alice_tools | bob_tools)
@@ -195,7 +203,10 @@ async def test_tenants_are_isolated_on_every_path(tmp_path: Path) -> None:
         admin = {"Authorization": f"Bearer {tokens['admin']}"}
         health = (await http.get(f"{stack.base_url}/healthz", headers=admin)).json()
         assert "alice/echo" in health["servers"] and "bob/echo" in health["servers"]
-        assert (await http.get(f"{stack.base_url}/metrics", headers=admin)).status_code == 200
+        metrics = await http.get(f"{stack.base_url}/metrics", headers=admin)
+        assert metrics.status_code == 200
+        assert 'mcpvisor_calls_total{outcome="ok",server="alice/echo",via="direct"}' in metrics.text
+        assert 'mcpvisor_server_tools{server="bob/echo"}' in metrics.text
         tenant_metrics = await http.get(
             f"{stack.base_url}/metrics", headers={"Authorization": f"Bearer {tokens['alice']}"}
         )
@@ -306,7 +317,7 @@ async def test_limits_revocation_and_idle_stop(tmp_path: Path) -> None:
         tokens["bob"] = add_token(stack.config_path, "bob")
         bob = Modern(http, stack.base_url, tokens["bob"])
         carol = Modern(http, stack.base_url, tokens["carol"])
-        await carol.tool_names()
+        await carol.wait_tools("echo:echo")
 
         # max_in_flight = 1: a second call while one runs is refused at once, naming the limit.
         async with trio.open_nursery() as nursery:
@@ -328,7 +339,7 @@ async def test_limits_revocation_and_idle_stop(tmp_path: Path) -> None:
         rows = json.loads(listed.stdout)
         assert tokens["bob"] not in listed.stdout and all("hash" not in row for row in rows)
         bob_id = next(row["id"] for row in rows if row["tenant"] == "bob")
-        await bob.tool_names()
+        await bob.wait_tools("echo:echo")
         async with sdk_client(stack, tokens["bob"]) as client:
             await client.list_tools()
             assert token_command(stack.config_path, "revoke", bob_id).returncode == 0
@@ -340,6 +351,7 @@ async def test_limits_revocation_and_idle_stop(tmp_path: Path) -> None:
 
         # idle_stop = 2 s: idler's worker stops without requests and starts again on the next one.
         idler = Modern(http, stack.base_url, tokens["idler"])
+        await idler.wait_tools("echo:pid")
         first_pid = (await idler.call("echo:pid", {}))["result"]["content"][0]["text"]
         await stack.wait_status(lambda rows: rows["idler/echo"]["state"] == "STOPPED", timeout=30)
         assert "idle" in stack.status()["idler/echo"]["description"]
@@ -354,7 +366,7 @@ async def test_a_tenants_proposals_are_its_own(tmp_path: Path) -> None:
         tokens["bob"] = add_token(stack.config_path, "bob")
         alice = Modern(http, stack.base_url, tokens["alice"])
         bob = Modern(http, stack.base_url, tokens["bob"])
-        await bob.tool_names()
+        await bob.wait_tools("echo:echo", "beta:echo")
 
         async def propose(client: Modern, name: str) -> Any:
             arguments = {"operation": "add", "name": name, **echo_server(name)}
