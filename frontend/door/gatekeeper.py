@@ -48,11 +48,13 @@ class Gate:
     def refusal(self, target: ToolTarget, catalog: Catalog) -> dict[str, Any] | None:
         """The answer to a call that must not run (quarantined server, changed tool); None if it may run."""
         view = catalog.servers[target.server]
-        others = other_tool_names(catalog, target.server)
+        # The other servers' names (what a tool could shadow) cost a walk of the whole catalog:
+        # gathered only for a call that is refused.
         if target.quarantined:
-            report = analyze_server(target.server, view.tools, other_tools=others)
+            report = analyze_server(target.server, view.tools, other_tools=other_tool_names(catalog, target.server))
             return text_result(render_report(report, tool=target.tool), is_error=True)
         if target.tool in self.withheld(target.server, view.tools):
+            others = other_tool_names(catalog, target.server)
             report = analyze_server(target.server, [target.definition], other_tools=others)
             preface = (
                 f"TOOL CHANGED SINCE APPROVAL: the definition of '{target.name}' is not the one approved for "
