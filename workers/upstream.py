@@ -44,6 +44,15 @@ log = logging.getLogger(__name__)
 
 CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
 
+
+class TaskRequest(types.Request[dict[str, Any] | None, str]):
+    """A Tasks extension request (tasks/get, tasks/update, tasks/cancel): the SDK has no model of its
+    own for these, so the params go upstream as the client sent them."""
+
+    method: str
+    params: dict[str, Any] | None = None
+
+
 # The requests a client may route to an upstream, and the SDK type that carries each.
 REQUEST_TYPES: dict[str, type[types.Request[Any, Any]]] = {
     "tools/call": types.CallToolRequest,
@@ -53,10 +62,13 @@ REQUEST_TYPES: dict[str, type[types.Request[Any, Any]]] = {
     "resources/subscribe": types.SubscribeRequest,
     "resources/unsubscribe": types.UnsubscribeRequest,
     "ping": types.PingRequest,
+    **{method: TaskRequest for method in ("tasks/get", "tasks/update", "tasks/cancel")},
 }
 
 # Forwarded as JSON bytes on stdio upstreams, without the SDK session decoding them.
-PASS_THROUGH = frozenset({"tools/call", "resources/read", "prompts/get", "completion/complete"})
+PASS_THROUGH = frozenset(
+    {"tools/call", "resources/read", "prompts/get", "completion/complete", "tasks/get", "tasks/update", "tasks/cancel"}
+)
 
 _json_params = msgspec.json.Decoder(dict[str, Any] | None)
 _RAW_RESULT: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])

@@ -25,6 +25,7 @@ from mcpvisor.frontend.door.metrics import Metrics
 from mcpvisor.frontend.door.rounds import ROUND_METHODS, Rounds
 from mcpvisor.frontend.door.router import Router
 from mcpvisor.frontend.door.search import SearchHit, ToolIndex
+from mcpvisor.frontend.door.tasks import TaskRoutes, UnknownTask, offers_tasks, request_opts_in, with_opt_in
 from mcpvisor.frontend.gate.activity import (
     ActivityLog,
     Outcome,
@@ -129,6 +130,7 @@ class Upstreams:
         self._indexed = trio.Event()
         self.metrics = metrics
         self._config_version = 0
+        self.tasks = TaskRoutes()  # this stack's task handles: another tenant's are unknown here
 
     # -- the server table ------------------------------------------------------------------------
 
@@ -138,6 +140,7 @@ class Upstreams:
         for name in removed:
             self.router.fail_worker(name, "the server was removed")
             self.catalog.remove(name)
+            self.tasks.forget_server(name)
         for name in set(self.servers) - set(servers):
             self.gate.approvals.forget(name)
         self.servers = servers
@@ -365,12 +368,15 @@ class Upstreams:
         via: str,
         intent: dict[str, Any] | None = None,
         destructive: bool = True,
+        tasks: bool = False,
     ) -> bytes | dict[str, Any]:
         """Call an upstream tool through the gate, recorded in the activity log.
 
         `via` names the path the call came by (`direct`, `call_tool_read`, `proxy`, ...); without
         `destructive`, a tool its server marks destructive is refused. Refused (with the answer to
-        give) when the gate stops the call; UpstreamError when it fails.
+        give) when the gate stops the call; UpstreamError when it fails. With `tasks` (an endpoint
+        that routes task handles back), a 2026-07-28 client that opted in to the Tasks extension
+        may get a task from an upstream that offers them; its handle is remembered here.
         """
         started = time.monotonic()
         request_id = new_request_id()
@@ -406,6 +412,9 @@ class Upstreams:
             record("blocked")
             raise Refused(refusal)
         in_flight = self.metrics.in_flight.labels(self.worker_id(target.server)) if self.metrics is not None else None
+        tasks = tasks and call is not None and call.modern and request_opts_in(call.ctx.params)
+        if tasks and self.offers_tasks(target.server):
+            params = with_opt_in(params)
         try:
             if in_flight is not None:
                 in_flight.inc()
@@ -420,7 +429,30 @@ class Upstreams:
                 in_flight.dec()
         if isinstance(result, bytes):
             record("error" if _is_error(result) else "ok", result)
+            if tasks and (task_id := _task_id(result)) is not None:
+                self.tasks.made(target.server, task_id)
             return with_request_id(result, request_id)
+        return result
+
+    def offers_tasks(self, server: str) -> bool:
+        """The server's upstream declared the Tasks extension when it last connected."""
+        view = self.catalog.servers.get(server)
+        return view is not None and offers_tasks(view.initialize)
+
+    async def task_request(
+        self, server: str, method: str, params: dict[str, Any], call: ClientCall | None, *, handle: str
+    ) -> bytes:
+        """A tasks/get, tasks/update or tasks/cancel for a task `server` made for this stack.
+
+        `params` carry the upstream's own task id; `handle` is the id the client used (named in
+        errors). UnknownTask when no client of this stack was handed that task by `server`.
+        """
+        task_id = params.get("taskId")
+        if not isinstance(task_id, str) or not self.tasks.knows(server, task_id):
+            raise UnknownTask(handle)
+        # The client declared the extension (endpoints check); an upstream gates tasks/* on that too.
+        result = await self.request(server, method, with_opt_in(params), call, what=f"Task '{handle}'")
+        assert isinstance(result, bytes)  # tasks/* are not carried over rounds
         return result
 
     async def _logged_request(
@@ -467,6 +499,25 @@ class _ErrorFlag(msgspec.Struct):
 
 
 _decode_flag = msgspec.json.Decoder(_ErrorFlag)
+
+
+class _TaskFlag(msgspec.Struct):
+    resultType: str | None = None
+    taskId: str | None = None
+
+
+_decode_task_flag = msgspec.json.Decoder(_TaskFlag)
+
+
+def _task_id(result: bytes) -> str | None:
+    """The task id of a CreateTaskResult, without decoding the rest of it; None for other results."""
+    if b'"task"' not in result:
+        return None
+    try:
+        flag = _decode_task_flag.decode(result)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return flag.taskId if flag.resultType == "task" else None
 
 
 def _is_error(result: bytes) -> bool:

@@ -6,17 +6,20 @@ import warnings
 from typing import Any
 
 import mcp_types as types
-from mcp.server import CacheHint, Server, ServerRequestContext
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.server import CacheHint, NotificationOptions, Server, ServerRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.forwarding import complete, decoded, forwardable
+from mcpvisor.frontend.door.tasks import TASK_METHODS, TASKS, UnknownTask, created_task, exposed_task_id, split_task_id
 from mcpvisor.frontend.door.upstreams import Refused, Upstreams
 from mcpvisor.frontend.endpoints.clients import Clients
 from mcpvisor.frontend.endpoints.listings import Listing
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
 from mcpvisor.frontend.endpoints.pages import paged
 from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
+from mcpvisor.frontend.endpoints.tasks import TaskParams, require_tasks
 from mcpvisor.frontend.tools.builtins import MANAGEMENT_TOOLS, Builtins
 from mcpvisor.frontend.unsieved import keep
 
@@ -32,6 +35,30 @@ CACHE_HINTS = {
         "resources/read",
     )
 }
+
+
+class DirectServer(AnnouncingServer):
+    """`/mcp/direct`'s server: offers the Tasks extension while a visible upstream offers it."""
+
+    def __init__(self, upstreams: Upstreams, *args: Any, **kwargs: Any) -> None:
+        self._upstreams = upstreams
+        super().__init__(*args, **kwargs)
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        if protocol_version in MODERN_PROTOCOL_VERSIONS and any(
+            self._upstreams.offers_tasks(view.id) for view in self._upstreams.visible()
+        ):
+            extensions = {**(extensions if extensions is not None else self.extensions), TASKS: {}}
+        return super().get_capabilities(
+            notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
+        )
 
 
 def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builtins) -> Server[Any]:
@@ -51,10 +78,34 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
         forwarded = forwardable(params, ctx)
         forwarded["name"] = target.tool
         try:
-            result = await upstreams.call_tool(target, forwarded, ClientCall(ctx, target.server), via="direct")
+            call = ClientCall(ctx, target.server)
+            result = await upstreams.call_tool(target, forwarded, call, via="direct", tasks=True)
         except Refused as refused:
             return refused.answer
-        return keep(decoded(result))
+        answer = decoded(result)
+        if (task_id := created_task(answer)) is not None:
+            # Upstreams mint their own ids, which may collide: the client holds `server:id`.
+            answer["taskId"] = exposed_task_id(target.server, task_id)
+        return keep(answer)
+
+    async def task_request(ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        """tasks/get, tasks/update, tasks/cancel: a `server:id` handle goes to that server as `id`."""
+        require_tasks(ctx)
+        found = split_task_id(params.taskId)
+        if found is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=UnknownTask(params.taskId).message)
+        server, task_id = found
+        forwarded = {**forwardable(params, ctx), "taskId": task_id}
+        try:
+            raw = await upstreams.task_request(
+                server, ctx.method, forwarded, ClientCall(ctx, server), handle=params.taskId
+            )
+        except UnknownTask as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=exc.message) from None
+        answer = decoded(raw)
+        if answer.get("taskId") == task_id:
+            answer["taskId"] = params.taskId
+        return answer
 
     async def list_resources(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -122,7 +173,8 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
     # logging/setLevel is deprecated in 2026-07-28 but is how handshake-era clients ask for logs.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        server = AnnouncingServer(
+        server = DirectServer(
+            upstreams,
             "mcpvisor-direct",
             on_set_logging_level=set_level,
             on_subscribe_resource=subscribe,
@@ -141,6 +193,8 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
             on_list_prompts=list_prompts,
             on_get_prompt=get_prompt,
         )
+    for method in TASK_METHODS:
+        server.add_request_handler(method, TaskParams, task_request)
     sessions = Sessions()
     server.middleware += [sessions, clients.remembering]
     server.shortcuts = Shortcuts(listings, sessions, sdk_tools=frozenset(MANAGEMENT_TOOLS))  # type: ignore[attr-defined]

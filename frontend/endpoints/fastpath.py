@@ -26,6 +26,7 @@ from mcp_types.methods import serialize_server_result
 from pydantic import ValidationError
 
 from mcpvisor.frontend.door.forwarding import ENVELOPE_PREFIX
+from mcpvisor.frontend.door.tasks import declares_tasks
 from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.endpoints.listings import Listing
 from mcpvisor.wire.errors import INTERNAL_ERROR
@@ -151,6 +152,7 @@ class FastPath:
             # A client that can be asked things gets its upstream's questions over rounds, which
             # the SDK's server carries (frontend/door/rounds.py).
             or any(meta[_CAPABILITIES_KEY].get(name) is not None for name in _ASKABLE)
+            or declares_tasks(meta[_CAPABILITIES_KEY])  # its task handles are routed on the SDK path
             or any(key in meta for key in _STREAMING_META)
             or (mcp_name is not None and mcp_name != call.params.name)
         ):

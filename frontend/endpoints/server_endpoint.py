@@ -20,15 +20,18 @@ from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.catalog import ServerView
 from mcpvisor.frontend.door.forwarding import complete, decoded, forwardable
+from mcpvisor.frontend.door.tasks import TASK_METHODS, TASKS, UnknownTask
 from mcpvisor.frontend.door.upstreams import UNAVAILABLE, Refused, Upstreams
 from mcpvisor.frontend.endpoints.clients import Clients
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
 from mcpvisor.frontend.endpoints.pages import paged
+from mcpvisor.frontend.endpoints.tasks import TaskParams, require_tasks
 from mcpvisor.frontend.unsieved import keep
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,6 @@ CACHE_HINTS = {
     method: _NO_CACHE
     for method in ("tools/list", "resources/list", "resources/templates/list", "prompts/list", "resources/read")
 }
-TASKS = "io.modelcontextprotocol/tasks"
 # mcpvisor tells clients when these lists change (the upstream's notices, and its restarts and pins).
 _LISTS = ("tools", "resources", "prompts")
 
@@ -104,10 +106,12 @@ class UpstreamServer(AnnouncingServer):
         for key in _LISTS:
             if isinstance(capabilities.get(key), dict):
                 capabilities[key] = {**capabilities[key], "listChanged": True}
-        # Task handles would have to be routed back to the upstream that made them; nothing
-        # carries tasks yet, so they are not offered rather than offered and refused.
+        # The Tasks extension's handles are routed back (tasks/get, tasks/update, tasks/cancel), for
+        # 2026-07-28 clients; its 2025-11-25 predecessor (`capabilities.tasks`) is not carried.
         capabilities.pop("tasks", None)
-        if isinstance(extensions_of := capabilities.get("extensions"), dict):
+        if protocol_version not in MODERN_PROTOCOL_VERSIONS and isinstance(
+            extensions_of := capabilities.get("extensions"), dict
+        ):
             capabilities["extensions"] = {key: value for key, value in extensions_of.items() if key != TASKS}
         if protocol_version in MODERN_PROTOCOL_VERSIONS:
             # Logging is per request in 2026-07-28; the capability belongs to the handshake era.
@@ -171,7 +175,9 @@ def build_server_endpoint(
         view()
         target = upstreams.find_tool(f"{name}:{params.name}")
         try:
-            result = await upstreams.call_tool(target, forwardable(params, ctx), ClientCall(ctx, name), via=VIA)
+            result = await upstreams.call_tool(
+                target, forwardable(params, ctx), ClientCall(ctx, name), via=VIA, tasks=True
+            )
         except Refused as refused:
             return refused.answer
         return keep(decoded(result))
@@ -190,6 +196,18 @@ def build_server_endpoint(
         found = view()
         templates = found.templates if found else []
         return complete(paged("resources/templates/list", "resourceTemplates", templates, params, page_size))
+
+    async def task_request(ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
+        """tasks/get, tasks/update, tasks/cancel: the handle is the upstream's own id, for this server."""
+        require_tasks(ctx)
+        view()
+        try:
+            result = await upstreams.task_request(
+                name, ctx.method, forwardable(params, ctx), ClientCall(ctx, name), handle=params.taskId
+            )
+        except UnknownTask as exc:
+            raise MCPError(code=INVALID_PARAMS, message=exc.message) from None
+        return decoded(result)
 
     async def forward(ctx: ServerRequestContext[Any], method: str, params: dict[str, Any]) -> dict[str, Any]:
         view()
@@ -241,7 +259,7 @@ def build_server_endpoint(
     # logging/setLevel is deprecated in 2026-07-28 but is how handshake-era clients ask for logs.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return UpstreamServer(
+        server = UpstreamServer(
             name,
             upstreams,
             on_set_logging_level=set_level,
@@ -259,6 +277,9 @@ def build_server_endpoint(
             on_list_prompts=list_prompts,
             on_get_prompt=get_prompt,
         )
+    for method in TASK_METHODS:
+        server.add_request_handler(method, TaskParams, task_request)
+    return server
 
 
 class _Endpoint:
