@@ -13,13 +13,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.forwarding import complete, decoded, forwardable
 from mcpvisor.frontend.door.tasks import TASK_METHODS, TASKS, UnknownTask, created_task, exposed_task_id, split_task_id
-from mcpvisor.frontend.door.upstreams import Refused, Upstreams
+from mcpvisor.frontend.door.upstreams import Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.endpoints.clients import Clients
 from mcpvisor.frontend.endpoints.listings import Listing
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
 from mcpvisor.frontend.endpoints.pages import paged
 from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
-from mcpvisor.frontend.endpoints.tasks import TaskParams, require_tasks
+from mcpvisor.frontend.endpoints.tasks import TaskParams, call_refused, check_task_request
 from mcpvisor.frontend.tools.builtins import MANAGEMENT_TOOLS, Builtins
 from mcpvisor.frontend.unsieved import keep
 
@@ -82,6 +82,8 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
             result = await upstreams.call_tool(target, forwarded, call, via="direct", tasks=True)
         except Refused as refused:
             return refused.answer
+        except UpstreamError as exc:
+            raise call_refused(exc, target.definition) from None
         answer = decoded(result)
         if (task_id := created_task(answer)) is not None:
             # Upstreams mint their own ids, which may collide: the client holds `server:id`.
@@ -90,7 +92,7 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
 
     async def task_request(ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         """tasks/get, tasks/update, tasks/cancel: a `server:id` handle goes to that server as `id`."""
-        require_tasks(ctx)
+        check_task_request(ctx, params.taskId)
         found = split_task_id(params.taskId)
         if found is None:
             raise MCPError(code=types.INVALID_PARAMS, message=UnknownTask(params.taskId).message)

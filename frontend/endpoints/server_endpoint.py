@@ -27,11 +27,11 @@ from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.catalog import ServerView
 from mcpvisor.frontend.door.forwarding import complete, decoded, forwardable
 from mcpvisor.frontend.door.tasks import TASK_METHODS, TASKS, UnknownTask
-from mcpvisor.frontend.door.upstreams import UNAVAILABLE, Refused, Upstreams
+from mcpvisor.frontend.door.upstreams import UNAVAILABLE, Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.endpoints.clients import Clients
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
 from mcpvisor.frontend.endpoints.pages import paged
-from mcpvisor.frontend.endpoints.tasks import TaskParams, require_tasks
+from mcpvisor.frontend.endpoints.tasks import TaskParams, call_refused, check_task_request
 from mcpvisor.frontend.unsieved import keep
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,8 @@ def build_server_endpoint(
             )
         except Refused as refused:
             return refused.answer
+        except UpstreamError as exc:
+            raise call_refused(exc, target.definition) from None
         return keep(decoded(result))
 
     async def list_resources(
@@ -199,7 +201,7 @@ def build_server_endpoint(
 
     async def task_request(ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
         """tasks/get, tasks/update, tasks/cancel: the handle is the upstream's own id, for this server."""
-        require_tasks(ctx)
+        check_task_request(ctx, params.taskId)
         view()
         try:
             result = await upstreams.task_request(

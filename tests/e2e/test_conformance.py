@@ -3,7 +3,9 @@
 Every server scenario first runs against the fixture upstream (tests/upstreams/conformance_server.py)
 directly, which proves the fixture offers what the scenarios ask for. The scenarios that need no
 fixture then run through mcpvisor, against `/mcp/direct` and `/mcp` of a stack in front of
-server-everything. Each scenario is one test; a check with status FAILURE fails it (warnings do not).
+server-everything. The Tasks extension's scenarios run against `/mcp/servers/conf` in front of
+tests/upstreams/tasks_server.py (the SDK's server has no Tasks support, so that fixture speaks raw
+JSON-RPC over stdio). Each scenario is one test; a check with status FAILURE fails it (warnings do not).
 """
 
 from __future__ import annotations
@@ -97,8 +99,11 @@ SERVER_SCENARIOS = (
     "input-required-result-ignore-extra-params",
     "input-required-result-validate-input",
 )
-# The Tasks extension: the Python SDK's server has none, so the fixture offers no tasks.
+# The Tasks extension: the Python SDK's server has none, so conformance_server.py offers no tasks;
+# tasks_server.py does, over stdio only (its scenarios run in test_tasks_scenario_through_mcp_servers_conf).
 NO_TASKS = "the Python SDK's server has no Tasks extension (io.modelcontextprotocol/tasks): the fixture offers none"
+TASKS_OVER_STDIO = "tasks_server.py speaks stdio only; its scenarios run through /mcp/servers/conf over stdio"
+TASK_SCENARIOS = tuple(scenario for scenario in SERVER_SCENARIOS if scenario.startswith("tasks-"))
 # Scenarios that ask for nothing but the protocol itself (no fixture tool, resource or prompt).
 FIXTURE_FREE = (
     "server-initialize",
@@ -272,6 +277,26 @@ def server_endpoint_results(tmp_path_factory: pytest.TempPathFactory) -> dict[st
         return trio.run(run_all, upstream_url)
 
 
+@pytest.fixture(scope="module")
+def tasks_results(tmp_path_factory: pytest.TempPathFactory) -> Results:
+    """Each Tasks scenario against /mcp/servers/conf, tests/upstreams/tasks_server.py behind it over stdio."""
+    conformance_entry()
+    work = tmp_path_factory.mktemp("conformance-tasks")
+    settings = {"enable_server_endpoints": True}
+
+    async def run_all() -> Results:
+        results: Results = {}
+        async with open_stack(work, {"conf": python_server("tasks_server.py")}, settings=settings) as stack:
+            url = f"{stack.base_url}/mcp/servers/conf"
+            for scenario in TASK_SCENARIOS:
+                out = work / "results" / scenario
+                out.mkdir(parents=True)
+                results.update(await trio.to_thread.run_sync(run_scenarios, url, out, scenario))
+        return results
+
+    return trio.run(run_all)
+
+
 def test_the_scenario_list_is_the_pinned_suites() -> None:
     """The scenarios named here are exactly those of the pinned package (a new version shows the difference)."""
     conformance_entry()
@@ -302,10 +327,19 @@ def test_scenario_through_mcp_servers_conf(
     scenario: str, transport: str, server_endpoint_results: dict[str, Results]
 ) -> None:
     if scenario.startswith("tasks-"):
-        pytest.skip(NO_TASKS)
+        pytest.skip(TASKS_OVER_STDIO if transport == "stdio" else NO_TASKS)
     checks = server_endpoint_results[transport].get(scenario)
     known = THROUGH_A_WORKER.get(scenario, {})
     failed = {check["id"] for check in checks or () if check.get("status") == "FAILURE"}
     if known and failed and failed <= set(known):
         pytest.xfail("; ".join(f"{check}: {known[check]}" for check in sorted(failed)))
+    assert_no_failure(scenario, checks)
+
+
+@pytest.mark.parametrize("scenario", TASK_SCENARIOS)
+def test_tasks_scenario_through_mcp_servers_conf(scenario: str, tasks_results: Results) -> None:
+    """Task handles go back to the upstream that made them; the upstream, not mcpvisor, runs the tasks."""
+    checks = tasks_results.get(scenario)
+    if checks and all(check.get("status") == "SKIPPED" for check in checks):
+        pytest.skip(f"the suite skips it: {checks[0].get('errorMessage', '')}")
     assert_no_failure(scenario, checks)

@@ -13,6 +13,8 @@ the ones the conformance suite's tasks scenarios call for:
 - `protocol_error_job()`: a task that fails with a JSON-RPC error.
 - `confirm_delete(filename)`: a task that waits for one elicitation answer (`tasks/update`).
 - `multi_input()`: a task that waits for two answers at once.
+- `test_tool_with_task()`: asks the client for `user_name` (elicitation/create, during the call),
+  then answers with a task whose result greets that name.
 
 `tasks/get`, `tasks/update` and `tasks/cancel` take the task id; an unknown one is -32602.
 """
@@ -74,6 +76,12 @@ TOOLS = [
     {
         "name": "multi_input",
         "description": "Ask two questions at once, then answer with both replies.",
+        "inputSchema": _ANY_OBJECT,
+        "execution": {"taskSupport": "required"},
+    },
+    {
+        "name": "test_tool_with_task",
+        "description": "Ask for a name during the call, then greet it from a task.",
         "inputSchema": _ANY_OBJECT,
         "execution": {"taskSupport": "required"},
     },
@@ -157,14 +165,31 @@ class TasksServer:
         self.lock = trio.Lock()
         self.tasks: dict[str, Task] = {}
         self.ids = itertools.count(1)
+        self.asked = itertools.count(1)
+        self.answers: dict[str, tuple[trio.Event, list[dict[str, Any]]]] = {}
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A request to the client (during a call); its answer (a result or an error object)."""
+        request_id = f"ask-{next(self.asked)}"
+        done, slot = self.answers[request_id] = (trio.Event(), [])
+        try:
+            await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            await done.wait()
+        finally:
+            del self.answers[request_id]
+        return slot[0]
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self.lock:
             await self.out.send_all(json.dumps(message).encode() + b"\n")
 
     async def handle(self, message: dict[str, Any]) -> None:
+        if "method" not in message and (pending := self.answers.get(message.get("id"))) is not None:
+            pending[1].append(message)
+            pending[0].set()
+            return
         if "id" not in message or "method" not in message:
-            return  # notifications and answers: nothing to do
+            return  # notifications: nothing to do
         request_id, method, params = message["id"], message["method"], message.get("params") or {}
         try:
             result = await self.dispatch(method, params)
@@ -234,6 +259,11 @@ class TasksServer:
                     {"requiredCapabilities": {"extensions": {TASKS: {}}}},
                 )
             return await self.slow_compute(arguments)
+        if name == "test_tool_with_task":
+            schema = {"type": "object", "properties": {"user_name": {"type": "string"}}, "required": ["user_name"]}
+            answer = await self.ask("elicitation/create", {"message": "Your name?", "requestedSchema": schema})
+            content = (answer.get("result") or {}).get("content") or {}
+            arguments = {"user_name": content.get("user_name") or content.get("name") or "nobody"}
         task = Task(f"task-{next(self.ids)}")
         self.tasks[task.task_id] = task
         self.nursery.start_soon(self.run, task, name, arguments)
@@ -263,6 +293,8 @@ class TasksServer:
             elif name == "multi_input":
                 answers = await task.ask({"first": elicit("First?", "confirm"), "second": elicit("Second?", "confirm")})
                 task.result = text_result(json.dumps(answers, sort_keys=True))
+            elif name == "test_tool_with_task":
+                task.result = text_result(f"Hello, {arguments['user_name']}!")
             task.set("completed")
 
 
