@@ -42,6 +42,10 @@ class OAuthUpstream:
         async with httpx2.AsyncClient(timeout=5) as http:
             (await http.post(f"{self.issuer}/admin/revoke")).raise_for_status()
 
+    async def revoke_access_tokens(self) -> None:
+        async with httpx2.AsyncClient(timeout=5) as http:
+            (await http.post(f"{self.issuer}/admin/revoke", params={"only": "access"})).raise_for_status()
+
 
 @asynccontextmanager
 async def oauth_upstream(log_dir: Path, *, access_ttl: int = 3600) -> AsyncIterator[OAuthUpstream]:
@@ -172,6 +176,16 @@ async def test_tokens_are_refreshed_before_they_expire_and_rotated(tmp_path: Pat
             assert not answer.is_error
         # No call ever went out with an expired token: the server never refused one to refresh it.
         assert (await upstream.stats())["refused_refreshes"] == 0
+
+        # A token the server stops accepting before its time: the 401 is answered by a refresh
+        # and the call goes through, without a login.
+        await upstream.revoke_access_tokens()
+        before = (await upstream.stats())["refreshes"]
+        async with stack.client() as client:
+            answer = await client.call_tool("remote:echo", {"text": "after a 401"})
+            assert not answer.is_error and answer.content[0].text == "after a 401", answer
+        assert (await upstream.stats())["refreshes"] > before
+        assert stack.status()["remote"]["upstream"] == "ready"
 
 
 async def test_a_revoked_refresh_token_goes_back_to_authenticating_with_the_way_out(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@
   authorization endpoint that approves at once (it plays a user who clicks "allow") and redirects
   with `code`, `state` and `iss` (RFC 9207), and a token endpoint that checks PKCE (S256), the
   redirect URI and the `resource` (RFC 8707), and rotates refresh tokens. `/admin/revoke` revokes
-  every token (a user withdrawing consent); `/admin/stats` counts what happened.
+  every token (a user withdrawing consent), `/admin/revoke?only=access` the access tokens only;
+  `/admin/stats` counts what happened.
 - on P, the echo tools of echo_server.py at /mcp behind bearer tokens of that server, with its
   protected resource metadata (RFC 9728) and 401s that point at it. `write_note` needs the
   `notes:write` scope: without it the call gets 403 insufficient_scope (a step-up).
@@ -153,9 +154,10 @@ def authorization_server(state: State) -> Starlette:
             headers={"Cache-Control": "no-store"},
         )
 
-    async def revoke(_: Request) -> Response:
+    async def revoke(request: Request) -> Response:
         state.access.clear()
-        state.refresh.clear()
+        if request.query_params.get("only") != "access":
+            state.refresh.clear()
         return JSONResponse({"revoked": True})
 
     async def stats(_: Request) -> Response:
