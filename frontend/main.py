@@ -18,8 +18,12 @@ from mcpvisor.frontend.door.control import ControlClient
 from mcpvisor.frontend.door.gatekeeper import Gate
 from mcpvisor.frontend.door.metrics import Metrics
 from mcpvisor.frontend.door.router import MergedCatalog, Router
+from mcpvisor.frontend.endpoints.admin_api import PREFIX as API_PREFIX
+from mcpvisor.frontend.endpoints.admin_api import AdminApi, DefinitionArchive
 from mcpvisor.frontend.endpoints.app import Gateway
 from mcpvisor.frontend.endpoints.auth import Authenticator
+from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
+from mcpvisor.frontend.endpoints.console import Console, OperatorDoor
 from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.gate.approvals import ToolApprovals
@@ -89,7 +93,7 @@ async def run(
     router = Router(
         calls,
         catalog,
-        lambda worker: stacks.catalog_changed(worker),
+        lambda worker: catalog_changed(worker),
         on_notification=lambda worker, method, payload: stacks.upstream_notified(worker, method, payload),
     )
     shared = Shared(
@@ -118,17 +122,53 @@ async def run(
         return services
 
     stacks = Stacks(shared, nursery_of)
+    merged = MergedCatalog(router.catalogs)
+    # The definitions behind the pins, kept so the operator sees what a changed tool changed.
+    archive = DefinitionArchive(db, shared.gate.approvals, merged)
+
+    def catalog_changed(worker: str) -> None:
+        stacks.catalog_changed(worker)
+        archive.observe(worker)
+
+    def decided(server: str) -> None:
+        stacks.changed(server)
+        archive.observe(server)
+
     operator = Operator(
         servers=lambda: shared.servers,
-        catalog=MergedCatalog(router.catalogs),
+        catalog=merged,
         approvals=shared.gate.approvals,
         control=control_client,
-        changed=stacks.changed,
+        changed=decided,
     )
+    tokens = TokenStore(db)
     authenticator = None
     if spec.tenants or spec.oauth is not None:
-        authenticator = Authenticator(TokenStore(db), spec.tenants, admin_token_files=settings.admin_token_files)
-    app = Gateway(stacks, host, settings.max_body_bytes, authenticator=authenticator, metrics=shared.metrics)
+        authenticator = Authenticator(tokens, spec.tenants, admin_token_files=settings.admin_token_files)
+    # /api/v1 and /ui: the gateway's boundary, or a console session, through one operator door.
+    door = OperatorDoor(
+        lambda scope, receive, send: app.boundary(scope, receive, send),
+        authenticate=authenticator.principal if authenticator is not None else None,
+        tokens=tokens,
+    )
+    admin_api = AdminApi(
+        door,
+        control_client,
+        servers=lambda: shared.servers,
+        catalog=merged,
+        approvals=shared.gate.approvals,
+        archive=archive,
+        tenants=lambda: shared.tenants,
+        tokens=tokens,
+    )
+    app = Gateway(
+        stacks,
+        host,
+        settings.max_body_bytes,
+        authenticator=authenticator,
+        metrics=shared.metrics,
+        operator_surfaces={API_PREFIX: admin_api, CONSOLE_PREFIX: Console(door)},
+    )
 
     config = HypercornConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]

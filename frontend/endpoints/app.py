@@ -155,9 +155,12 @@ class Gateway:
         local_users_only: bool = True,
         authenticator: Authenticator | None = None,
         metrics: Metrics | None = None,
+        operator_surfaces: dict[str, ASGIApp] | None = None,
     ) -> None:
         self.stacks = stacks
         self.metrics = metrics
+        # Path prefix -> app (/api/v1, /ui): each admits its requests itself, the boundary included.
+        self.operator_surfaces = operator_surfaces or {}
         # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
         self.boundary = Boundary(
             local_users_only=local_users_only and is_loopback(host), max_body=max_body, authenticator=authenticator
@@ -172,6 +175,10 @@ class Gateway:
             return
         if self.metrics is not None:
             send = _counted(send, self.metrics, endpoint_label(scope["path"]))
+        for prefix, surface in self.operator_surfaces.items():
+            if scope["path"] == prefix or scope["path"].startswith(prefix + "/"):
+                await surface(scope, receive, send)
+                return
         if (admitted := await self.boundary(scope, receive, send)) is None:
             return
         receive = admitted
