@@ -212,8 +212,22 @@ async def test_a_revoked_refresh_token_goes_back_to_authenticating_with_the_way_
                 again = await refusal(client, "remote:echo", {"text": "x"})
             assert "ctl login remote" in again, again
 
-        await log_in(stack, "remote")
-        await stack.wait_ready(["remote"])
+        # The operator's way: `ctl login` prints the URL, waits for the round trip, says it is done.
+        command = [sys.executable, "-P", "-m", "mcpvisor.supervisor", "ctl", "-c", str(stack.config_path)]
+        env = {key: value for key, value in stack.env.items() if key not in ("DISPLAY", "WAYLAND_DISPLAY")}
+        ctl = subprocess.Popen(
+            [*command, "login", "remote"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        assert ctl.stdout is not None
+        lines = [await trio.to_thread.run_sync(ctl.stdout.readline) for _ in range(3)]
+        url = lines[2].strip()
+        assert lines[0].startswith("To log in to remote") and url.startswith(upstream.issuer), lines
+        async with httpx2.AsyncClient(timeout=30) as browser:
+            consent = await browser.get(url)
+            assert (await browser.get(consent.headers["location"])).status_code == 200
+        _out, err = await trio.to_thread.run_sync(lambda: ctl.communicate(timeout=60))
+        assert ctl.returncode == 0, err
+        assert "remote: logged in (token expires in" in err, err
         async with stack.client() as client:
             assert not (await client.call_tool("remote:echo", {"text": "back"})).is_error
 
