@@ -24,6 +24,7 @@ from mcpvisor.frontend.endpoints.app import Gateway
 from mcpvisor.frontend.endpoints.auth import Authenticator
 from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.console import Console, OperatorDoor
+from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMetadata, resource_metadata_url
 from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.gate.approvals import ToolApprovals
@@ -143,8 +144,15 @@ async def run(
     )
     tokens = TokenStore(db)
     authenticator = None
-    if spec.tenants or spec.oauth is not None:
-        authenticator = Authenticator(tokens, spec.tenants, admin_token_files=settings.admin_token_files)
+    oauth = spec.oauth
+    if spec.tenants or oauth is not None:
+        authenticator = Authenticator(
+            tokens,
+            spec.tenants,
+            admin_token_files=settings.admin_token_files,
+            jwt=JwtAuthority(oauth, spec.tenants) if oauth is not None else None,
+            resource_metadata=resource_metadata_url(oauth.resource) if oauth is not None else None,
+        )
     # /api/v1 and /ui: the gateway's boundary, or a console session, through one operator door.
     door = OperatorDoor(
         lambda scope, receive, send: app.boundary(scope, receive, send),
@@ -167,6 +175,7 @@ async def run(
         settings.max_body_bytes,
         authenticator=authenticator,
         metrics=shared.metrics,
+        resource_metadata=ResourceMetadata(oauth) if oauth is not None else None,
         operator_surfaces={API_PREFIX: admin_api, CONSOLE_PREFIX: Console(door)},
     )
 

@@ -20,6 +20,7 @@ from mcpvisor.frontend.endpoints.direct import shortcuts_of
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
 from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback
+from mcpvisor.frontend.endpoints.oauth_resource import ResourceMetadata
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
 from mcpvisor.frontend.endpoints.session_path import ShortPaths
@@ -156,9 +157,11 @@ class Gateway:
         authenticator: Authenticator | None = None,
         metrics: Metrics | None = None,
         operator_surfaces: dict[str, ASGIApp] | None = None,
+        resource_metadata: ResourceMetadata | None = None,
     ) -> None:
         self.stacks = stacks
         self.metrics = metrics
+        self.resource_metadata = resource_metadata  # RFC 9728's document, with [oauth]
         # Path prefix -> app (/api/v1, /ui): each admits its requests itself, the boundary included.
         self.operator_surfaces = operator_surfaces or {}
         # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
@@ -186,6 +189,9 @@ class Gateway:
         path = scope["path"].rstrip("/") or "/"
         if path == "/healthz":
             await _send_json(send, 200, self._health(principal))
+            return
+        if self.resource_metadata is not None and self.resource_metadata.serves(path):
+            await self.resource_metadata(scope, receive, send)
             return
         if path == OAUTH_CALLBACK:
             return await serve_oauth_callback(self.stacks.shared.router, self.stacks.shared.servers, scope, send)
