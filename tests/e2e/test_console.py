@@ -99,7 +99,7 @@ async def test_dashboard_follows_the_servers_live(tmp_path: Path) -> None:
                 page.locator(f'tr[data-server="{name}"]').wait_for()
             page.wait_for_function("() => document.querySelector('#live').classList.contains('on')")
             page.locator('tr[data-server="files"] td.upstream', has_text="ready").wait_for()
-            assert page.locator("#pending-count").inner_text() == "1"
+            page.wait_for_function("() => document.querySelector('#pending-count').textContent === '1'")
             page.wait_for_timeout(300)  # the live dot's glow and the counters settle
             DOCS.mkdir(exist_ok=True)
             page.screenshot(path=str(DOCS / "console-dashboard.png"))
