@@ -48,9 +48,11 @@ class OAuthUpstream:
 
 
 @asynccontextmanager
-async def oauth_upstream(log_dir: Path, *, access_ttl: int = 3600) -> AsyncIterator[OAuthUpstream]:
+async def oauth_upstream(log_dir: Path, *, access_ttl: int = 3600, sse: bool = False) -> AsyncIterator[OAuthUpstream]:
     port, as_port = free_port(), free_port()
     command = [sys.executable, str(UPSTREAMS / "oauth_upstream.py"), "--port", str(port), "--as-port", str(as_port)]
+    if sse:
+        command.append("--sse")
     with open(log_dir / "oauth-upstream.log", "wb") as log:
         process = subprocess.Popen(
             [*command, "--access-ttl", str(access_ttl)], stdout=log, stderr=log, start_new_session=True
@@ -58,7 +60,7 @@ async def oauth_upstream(log_dir: Path, *, access_ttl: int = 3600) -> AsyncItera
     try:
         await wait_listening(port, process)
         await wait_listening(as_port, process)
-        yield OAuthUpstream(f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{as_port}")
+        yield OAuthUpstream(f"http://127.0.0.1:{port}/{'sse' if sse else 'mcp'}", f"http://127.0.0.1:{as_port}")
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -297,3 +299,17 @@ async def test_a_tenants_worker_logs_in_for_its_own_session(tmp_path: Path) -> N
         async with acme() as client:
             answer = await client.call_tool("remote:echo", {"text": "acme"})
             assert not answer.is_error and answer.content[0].text == "acme"
+
+
+async def test_a_legacy_sse_upstream_logs_in_the_same_way(tmp_path: Path) -> None:
+    async with (
+        oauth_upstream(tmp_path, sse=True) as upstream,
+        open_stack(tmp_path, {"legacy": {"url": upstream.url}}, wait_for=[]) as stack,
+    ):
+        row = await upstream_state(stack, "legacy", "authenticating")
+        assert "run `mcpvisor ctl login legacy`" in row["error"], row
+        await log_in(stack, "legacy")
+        await stack.wait_ready(["legacy"])
+        async with stack.client() as client:
+            answer = await client.call_tool("legacy:echo", {"text": "over sse"})
+            assert not answer.is_error and answer.content[0].text == "over sse", answer

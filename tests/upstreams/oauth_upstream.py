@@ -7,7 +7,7 @@
   redirect URI and the `resource` (RFC 8707), and rotates refresh tokens. `/admin/revoke` revokes
   every token (a user withdrawing consent), `/admin/revoke?only=access` the access tokens only;
   `/admin/stats` counts what happened.
-- on P, the echo tools of echo_server.py at /mcp behind bearer tokens of that server, with its
+- on P, the echo tools of echo_server.py at /mcp (or legacy SSE at /sse with `--sse`) behind bearer tokens of that server, with its
   protected resource metadata (RFC 9728) and 401s that point at it. `write_note` needs the
   `notes:write` scope: without it the call gets 403 insufficient_scope (a step-up).
 """
@@ -178,16 +178,17 @@ def authorization_server(state: State) -> Starlette:
 class ProtectedResource:
     """The MCP app, answering only requests that carry a live token of the authorization server."""
 
-    def __init__(self, app: Any, state: State, base: str) -> None:
+    def __init__(self, app: Any, state: State, base: str, path: str) -> None:
         self.app = app
         self.state = state
-        self.metadata_url = f"{base}/.well-known/oauth-protected-resource/mcp"
+        self.metadata_path = f"/.well-known/oauth-protected-resource{path}"
+        self.metadata_url = f"{base}{self.metadata_path}"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] == "/.well-known/oauth-protected-resource/mcp":
+        if scope["path"] == self.metadata_path:
             body = {
                 "resource": self.state.resource,
                 "authorization_servers": [self.state.issuer],
@@ -256,16 +257,18 @@ def _with_header(send: Any, challenge: str) -> Any:
     return sending
 
 
-async def serve(port: int, as_port: int, access_ttl: int) -> None:
+async def serve(port: int, as_port: int, access_ttl: int, sse: bool) -> None:
     base, issuer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{as_port}"
-    state = State(issuer=issuer, resource=f"{base}/mcp", access_ttl=access_ttl)
+    path = "/sse" if sse else "/mcp"
+    state = State(issuer=issuer, resource=f"{base}{path}", access_ttl=access_ttl)
     server = build("oauth-echo")
 
     @server.tool(description="Write a note (needs the notes:write scope).")
     def write_note(text: str) -> str:
         return f"noted: {text}"
 
-    resource = ProtectedResource(server.streamable_http_app(), state, base)
+    app = server.sse_app() if sse else server.streamable_http_app()
+    resource = ProtectedResource(app, state, base, path)
     servers = [
         uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=p, log_level="warning", lifespan=lifespan))
         for app, p, lifespan in ((authorization_server(state), as_port, "off"), (resource, port, "on"))
@@ -278,8 +281,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True, help="the MCP server's port")
     parser.add_argument("--as-port", type=int, required=True, help="the authorization server's port")
     parser.add_argument("--access-ttl", type=int, default=3600, help="access token lifetime in seconds")
+    parser.add_argument("--sse", action="store_true", help="legacy SSE at /sse instead of streamable HTTP at /mcp")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.as_port, args.access_ttl))
+    asyncio.run(serve(args.port, args.as_port, args.access_ttl, args.sse))
 
 
 if __name__ == "__main__":
