@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import tomli_w
 import trio
 
+from tests.e2e.test_tenants import add_token
 from tests.support.stack import open_stack, python_server
 
 MODERN = "2026-07-28"
@@ -35,10 +37,14 @@ def client_meta(*, tasks: bool) -> dict[str, Any]:
     }
 
 
-async def rpc(url: str, method: str, params: dict[str, Any] | None = None, *, tasks: bool = True) -> dict[str, Any]:
+async def rpc(
+    url: str, method: str, params: dict[str, Any] | None = None, *, tasks: bool = True, token: str = ""
+) -> dict[str, Any]:
     """One 2026-07-28 request with its routing headers; the JSON-RPC response (result or error)."""
     params = {**(params or {}), "_meta": client_meta(tasks=tasks)}
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": MODERN, "mcp-method": method}
+    if token:
+        headers["authorization"] = f"Bearer {token}"
     named = params.get("name") or params.get("taskId")
     if named is not None:
         headers["mcp-name"] = str(named)
@@ -166,3 +172,45 @@ async def test_a_handshake_era_client_gets_results_not_tasks(tmp_path: Path) -> 
         assert TASKS not in (client.server_capabilities.extensions or {})
         result = await client.call_tool("slow_compute", {"seconds": 0.1, "label": "old"})
         assert not result.is_error and result.content[0].text == "computed old after 0.1s"
+
+
+async def test_a_tenants_task_handle_is_unknown_to_another_tenant(tmp_path: Path) -> None:
+    """alice and bob each have their own `jobs` (own worker, own upstream): both mint jobs:task-1."""
+    tenants = {"alice": {"servers": ["jobs"]}, "bob": {"servers": ["jobs"]}}
+    config = tmp_path / "mcpvisor.toml"
+    settings = {"data_dir": str(tmp_path / "data")}
+    config.write_text(tomli_w.dumps({"mcpvisor": settings, "servers": {"jobs": TASKS_SERVER}, "tenants": tenants}))
+    tokens = {tenant: add_token(config, tenant) for tenant in tenants}
+    async with open_stack(
+        tmp_path, {"jobs": TASKS_SERVER}, settings=SETTINGS, wait_for=[], tables={"tenants": tenants}
+    ) as stack:
+        direct = stack.direct_url
+
+        async def make_task(tenant: str) -> str:
+            # A tenant's worker starts on its first request; until it is up its tools are not listed.
+            with trio.fail_after(60):
+                while True:
+                    answer = await rpc(
+                        direct,
+                        "tools/call",
+                        {"name": "jobs:slow_compute", "arguments": {"seconds": 60}},
+                        token=tokens[tenant],
+                    )
+                    if "result" in answer:
+                        return answer["result"]["taskId"]
+                    await trio.sleep(0.5)
+
+        alices = await make_task("alice")
+        assert alices == "jobs:task-1"
+        refused = error_of(await rpc(direct, "tasks/get", {"taskId": alices}, token=tokens["bob"]))
+        assert refused["code"] == INVALID_PARAMS and "Unknown task 'jobs:task-1'" in refused["message"], refused
+        refused = error_of(await rpc(direct, "tasks/cancel", {"taskId": alices}, token=tokens["bob"]))
+        assert refused["code"] == INVALID_PARAMS, refused
+        # alice's task was not touched; bob's own task-1 is his alone, and cancelling it leaves hers running.
+        bobs = await make_task("bob")
+        assert bobs == "jobs:task-1"
+        result_of(await rpc(direct, "tasks/cancel", {"taskId": bobs}, token=tokens["bob"]))
+        mine = result_of(await rpc(direct, "tasks/get", {"taskId": alices}, token=tokens["alice"]))
+        assert mine["status"] == "working", mine
+        theirs = result_of(await rpc(direct, "tasks/get", {"taskId": bobs}, token=tokens["bob"]))
+        assert theirs["status"] == "cancelled", theirs
