@@ -369,6 +369,7 @@ class Upstreams:
         intent: dict[str, Any] | None = None,
         destructive: bool = True,
         tasks: bool = False,
+        client: str = "",
     ) -> bytes | dict[str, Any]:
         """Call an upstream tool through the gate, recorded in the activity log.
 
@@ -391,7 +392,7 @@ class Upstreams:
                 outcome=outcome,
                 duration=duration,
                 request_id=request_id,
-                client=client_name(call, params),
+                client=client or client_name(call, params),
                 endpoint=endpoint_of(call, via, target.server),
                 result_bytes=0 if result is None else len(result),
                 arguments=params.get("arguments"),

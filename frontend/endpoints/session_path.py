@@ -105,6 +105,13 @@ class Sessions:
                 self._logging.add(connection)
         return await call_next(ctx)
 
+    def client_name(self, session_id: str) -> str:
+        """The name the session's client gave in its initialize, for the activity log."""
+        connection = self._connections.get(session_id)
+        params = connection.client_params if connection is not None else None
+        name = params.client_info.name if params is not None and params.client_info is not None else ""
+        return name if isinstance(name, str) else ""
+
     def quiet(self, session_id: str) -> str | None:
         """The session's protocol version when it is initialized and nothing can stream to it
         during a request; else None."""
@@ -202,7 +209,7 @@ class SessionPath:
                     key = (session_id, request.id)
                     self._running[key] = scope
                     try:
-                        message = await self._call(request, version)
+                        message = await self._call(request, version, self.sessions.client_name(session_id))
                     finally:
                         del self._running[key]
                 if scope.cancelled_caught:
@@ -242,7 +249,7 @@ class SessionPath:
             return None
         return b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b',"result":' + result + b"}"
 
-    async def _call(self, request: _Request, version: str) -> bytes | None:
+    async def _call(self, request: _Request, version: str, client: str = "") -> bytes | None:
         if not request.params:
             return None
         try:
@@ -272,7 +279,7 @@ class SessionPath:
         if meta:
             forwarded["_meta"] = meta
         try:
-            raw = await self.upstreams.call_tool(target, forwarded, via="direct")
+            raw = await self.upstreams.call_tool(target, forwarded, via="direct", client=client)
             assert isinstance(raw, bytes)  # only a client's call can be carried over rounds
             return head + b'"result":' + _result(raw) + b"}"
         except Refused as refused:

@@ -86,9 +86,9 @@ async def test_every_call_read_and_prompt_gets_a_row_whose_id_the_client_was_giv
         search = logged[given["search"]]
         assert (search["endpoint"], search["variant"]) == ("/mcp", "call_tool_read")
         assert search["intent"] is not None and '"read"' in search["intent"]
-        # The handshake names the client, and the SDK's sessions keep it (the short path of a
-        # session's plain tools/call does not see it yet); a 2026-07-28 client may leave it out.
-        named = [logged[given[key]]["client"] for key in ("read", "prompt", "search")]
+        # The handshake names the client, on the SDK's sessions and the short path alike; a
+        # 2026-07-28 client may leave it out.
+        named = [logged[given[key]]["client"] for key in ("direct ok", "read", "prompt", "search")]
         if mode == "legacy":
             assert all(named), named
 
