@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx2
 import pytest
 import trio
+from joserfc.jwk import RSAKey
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
@@ -27,7 +28,12 @@ from tests.support.stack import Stack, echo_server, free_port, open_stack
 from tests.upstreams.identity_provider import IdentityProvider
 
 REDIRECT_URI = "http://127.0.0.1:1/callback"  # never reached: the test reads the redirect itself
-USERS = {"alice": {"groups": ["a-team"]}, "bob": {"groups": ["b-people", "everyone"]}, "eve": {"groups": ["everyone"]}}
+USERS = {
+    "alice": {"groups": ["a-team"]},
+    "bob": {"groups": ["b-people", "everyone"]},
+    "eve": {"groups": ["everyone"]},
+    "root": {"groups": ["mcp-admins"]},
+}
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -109,7 +115,13 @@ async def oauth_stack(tmp_path, idp: IdentityProvider) -> AsyncIterator[tuple[St
             "a-team": {"servers": ["alpha"]},
             "b-team": {"servers": ["beta"], "claim_values": ["b-people"]},
         },
-        "oauth": {"issuer": idp.issuer, "resource": resource, "claim": "groups", "scopes_supported": ["mcp"]},
+        "oauth": {
+            "issuer": idp.issuer,
+            "resource": resource,
+            "claim": "groups",
+            "admin_values": ["mcp-admins"],
+            "scopes_supported": ["mcp"],
+        },
     }
     servers = {"alpha": echo_server("alpha"), "beta": echo_server("beta")}
     async with open_stack(tmp_path, servers, port=port, wait_for=[], tables=tables) as stack:
@@ -171,6 +183,7 @@ async def test_unauthenticated_and_bad_tokens_get_a_401_that_points_at_the_metad
             "expired": idp.mint(idp.claims("alice", resource, lifetime=-3600)),
             "another issuer": idp.mint(idp.claims("alice", resource, iss="http://127.0.0.1:1")),
             "no tenant": idp.mint(idp.claims("eve", resource)),
+            "unknown key": idp.mint(idp.claims("alice", resource), key=RSAKey.generate_key(2048, auto_kid=True)),
         }
         for case, token in bad.items():
             answer = await http.post(
@@ -187,3 +200,9 @@ async def test_unauthenticated_and_bad_tokens_get_a_401_that_points_at_the_metad
             stack.direct_url, json=INITIALIZE, headers={**HEADERS, "Authorization": f"Bearer {good}"}
         )
         assert answer.status_code == 200, answer.text
+
+        # An admin value of the claim makes an operator: the operators' surfaces open to it alone.
+        for user, status in (("root", 200), ("alice", 403)):
+            token = idp.mint(idp.claims(user, resource))
+            answer = await http.get(f"{stack.base_url}/metrics", headers={"Authorization": f"Bearer {token}"})
+            assert answer.status_code == status, (user, answer.text)
