@@ -110,8 +110,11 @@ class UpstreamAuth(OAuthClientProvider):
         token_file: Path,
         settings: UpstreamOAuth | None,
         on_challenge: Callable[[Challenge], None],
+        *,
+        sse: bool = False,
     ) -> None:
         settings = settings or UpstreamOAuth()
+        self.sse = sse  # a legacy SSE endpoint: probed with the GET that opens its stream
         metadata = OAuthClientMetadata(
             client_name=CLIENT_NAME,
             # Replaced by the listener's callback URL when a login starts (`login`).
@@ -336,7 +339,16 @@ class UpstreamAuth(OAuthClientProvider):
 
     async def _probe(self, http: httpx2.AsyncClient) -> Challenge | None:
         """Ask the upstream once without a token, for the challenge a login answers."""
-        request = http.build_request(
+        if self.sse:
+            request = http.build_request("GET", self.context.server_url, headers={"Accept": "text/event-stream"})
+        else:
+            request = self._initialize_request(http)
+        response = await http.send(request, stream=True)
+        await response.aclose()
+        return Challenge(request, response) if _challenged(response) else None
+
+    def _initialize_request(self, http: httpx2.AsyncClient) -> httpx2.Request:
+        return http.build_request(
             "POST",
             self.context.server_url,
             json={
@@ -351,9 +363,6 @@ class UpstreamAuth(OAuthClientProvider):
             },
             headers={"Accept": "application/json, text/event-stream"},
         )
-        response = await http.send(request, stream=True)
-        await response.aclose()
-        return Challenge(request, response) if _challenged(response) else None
 
     async def _perform_authorization_code_grant(self) -> tuple[str, str]:
         context = self.context

@@ -19,6 +19,7 @@ from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from pydantic import TypeAdapter, ValidationError
@@ -53,6 +54,18 @@ class TaskRequest(types.Request[dict[str, Any] | None, str]):
     params: dict[str, Any] | None = None
 
 
+TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
+_TASKS_OPT_IN = "io.modelcontextprotocol/clientCapabilities"
+
+
+def _opts_in_to_tasks(params: Any) -> bool:
+    """The request says its caller accepts a task (the Tasks extension in its `_meta` capabilities)."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    capabilities = meta.get(_TASKS_OPT_IN) if isinstance(meta, dict) else None
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return isinstance(extensions, dict) and "io.modelcontextprotocol/tasks" in extensions
+
+
 # The requests a client may route to an upstream, and the SDK type that carries each.
 REQUEST_TYPES: dict[str, type[types.Request[Any, Any]]] = {
     "tools/call": types.CallToolRequest,
@@ -62,7 +75,7 @@ REQUEST_TYPES: dict[str, type[types.Request[Any, Any]]] = {
     "resources/subscribe": types.SubscribeRequest,
     "resources/unsubscribe": types.UnsubscribeRequest,
     "ping": types.PingRequest,
-    **{method: TaskRequest for method in ("tasks/get", "tasks/update", "tasks/cancel")},
+    **dict.fromkeys(TASK_METHODS, TaskRequest),
 }
 
 # Forwarded as JSON bytes on stdio upstreams, without the SDK session decoding them.
@@ -204,7 +217,7 @@ class Upstream:
         if server.kind != "stdio" and server.url and not any(k.lower() == "authorization" for k in server.headers):
             # The supervisor keeps logs in DATA_DIR/logs; the token files live beside them.
             token_file = oauth_store.token_path(log_dir.parent, name)
-            self.auth = UpstreamAuth(server.url, token_file, server.oauth, self._challenged)
+            self.auth = UpstreamAuth(server.url, token_file, server.oauth, self._challenged, sse=server.kind == "sse")
         self._needs_login = False
         self._logged_in = trio.Event()
 
@@ -564,9 +577,17 @@ class Upstream:
                 )
 
         try:
-            raw = await session.send_request(
-                request, _RAW_RESULT, request_read_timeout_seconds=timeout, progress_callback=progress
-            )
+            if method in TASK_METHODS or _opts_in_to_tasks(decoded):
+                # The SDK checks a tools/call result against its own CallToolResult, which a task
+                # (`resultType: "task"`) is not: these go as raw JSON-RPC, their results unread.
+                options: CallOptions = {"timeout": timeout}
+                if progress is not None:
+                    options["on_progress"] = progress
+                raw = await session._dispatcher.send_raw_request(method, decoded, options)
+            else:
+                raw = await session.send_request(
+                    request, _RAW_RESULT, request_read_timeout_seconds=timeout, progress_callback=progress
+                )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self.mark_lost("the upstream closed the connection")

@@ -264,6 +264,9 @@ async def test_step_up_asks_for_the_union_of_scopes_and_logout_forgets_the_token
         assert "mcpvisor ctl login remote" in row["error"]
         assert oauth_store.load(oauth_store.token_path(stack.data_dir, "remote")).tokens is None
         assert "token_expires" not in row
+        # Nothing was refused since the logout: the login asks the server itself for its challenge.
+        await log_in(stack, "remote")
+        await stack.wait_ready(["remote"])
 
 
 async def test_a_tenants_worker_logs_in_for_its_own_session(tmp_path: Path) -> None:
@@ -313,3 +316,10 @@ async def test_a_legacy_sse_upstream_logs_in_the_same_way(tmp_path: Path) -> Non
         async with stack.client() as client:
             answer = await client.call_tool("legacy:echo", {"text": "over sse"})
             assert not answer.is_error and answer.content[0].text == "over sse", answer
+
+        # After a logout nothing was refused yet: the login asks the stream itself for its challenge.
+        code, result = await stack.actl("logout", "legacy")
+        assert code == 0, result
+        await upstream_state(stack, "legacy", "authenticating")
+        await log_in(stack, "legacy")
+        await stack.wait_ready(["legacy"])
