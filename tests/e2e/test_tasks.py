@@ -10,6 +10,11 @@ A handle that this stack never handed out, or that another server made, is refus
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,7 @@ import tomli_w
 import trio
 
 from tests.e2e.test_tenants import add_token
-from tests.support.stack import open_stack, python_server
+from tests.support.stack import UPSTREAMS, free_port, open_stack, python_server, wait_listening
 
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
@@ -214,3 +219,36 @@ async def test_a_tenants_task_handle_is_unknown_to_another_tenant(tmp_path: Path
         assert mine["status"] == "working", mine
         theirs = result_of(await rpc(direct, "tasks/get", {"taskId": bobs}, token=tokens["bob"]))
         assert theirs["status"] == "cancelled", theirs
+
+
+@asynccontextmanager
+async def tasks_server_over_http(log_dir: Path) -> AsyncIterator[str]:
+    """tests/upstreams/tasks_server.py on streamable HTTP; yields its URL, stops it afterwards."""
+    port = free_port()
+    with open(log_dir / "tasks-server.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(UPSTREAMS / "tasks_server.py"), "--http", str(port)],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    try:
+        await wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def test_a_task_round_trip_to_an_upstream_over_streamable_http(tmp_path: Path) -> None:
+    """The worker's SDK session (not its raw stdio channel) carries tools/call and tasks/* here."""
+    async with (
+        tasks_server_over_http(tmp_path) as upstream,
+        open_stack(tmp_path, {"jobs": {"url": upstream, "transport": "streamable-http"}}, settings=SETTINGS) as stack,
+    ):
+        await run_task_round_trip(f"{stack.base_url}/mcp/servers/jobs", "")
+        await run_task_round_trip(stack.direct_url, "jobs:")

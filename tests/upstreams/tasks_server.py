@@ -1,4 +1,7 @@
-"""A stdio MCP server that offers the Tasks extension (`io.modelcontextprotocol/tasks`), as raw JSON-RPC.
+"""An MCP server that offers the Tasks extension (`io.modelcontextprotocol/tasks`), as raw JSON-RPC.
+
+`python tasks_server.py [--http PORT]`: stdio by default; with --http, plain JSON answers to POSTs
+on 127.0.0.1:PORT/mcp (no SSE, so no questions to the client: `test_tool_with_task` needs stdio).
 
 The Python SDK's server has no Tasks support, so this one speaks the wire itself: the handshake
 era's initialize (as mcpvisor's worker uses it), with the extension declared under
@@ -21,6 +24,7 @@ the ones the conformance suite's tasks scenarios call for:
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -159,7 +163,7 @@ class Task:
 
 
 class TasksServer:
-    def __init__(self, nursery: trio.Nursery, out: trio.abc.SendStream) -> None:
+    def __init__(self, nursery: trio.Nursery, out: trio.abc.SendStream | None) -> None:
         self.nursery = nursery
         self.out = out
         self.lock = trio.Lock()
@@ -180,16 +184,24 @@ class TasksServer:
         return slot[0]
 
     async def send(self, message: dict[str, Any]) -> None:
+        if self.out is None:
+            raise RpcError(-32603, "this transport cannot send a request to the client")
         async with self.lock:
             await self.out.send_all(json.dumps(message).encode() + b"\n")
 
     async def handle(self, message: dict[str, Any]) -> None:
+        response = await self.answer(message)
+        if response is not None:
+            await self.send(response)
+
+    async def answer(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """The response to a request; None for a notification or a client's answer."""
         if "method" not in message and (pending := self.answers.get(message.get("id"))) is not None:
             pending[1].append(message)
             pending[0].set()
-            return
+            return None
         if "id" not in message or "method" not in message:
-            return  # notifications: nothing to do
+            return None  # notifications: nothing to do
         request_id, method, params = message["id"], message["method"], message.get("params") or {}
         try:
             result = await self.dispatch(method, params)
@@ -197,9 +209,8 @@ class TasksServer:
             error: dict[str, Any] = {"code": exc.code, "message": exc.message}
             if exc.data is not None:
                 error["data"] = exc.data
-            await self.send({"jsonrpc": "2.0", "id": request_id, "error": error})
-        else:
-            await self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
+            return {"jsonrpc": "2.0", "id": request_id, "error": error}
+        return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
     async def dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         match method:
@@ -306,6 +317,44 @@ class RpcError(Exception):
         self.data = data
 
 
+async def serve_http(port: int) -> None:
+    """Answer each POSTed JSON-RPC message with plain JSON; other methods and paths get 405 / 404."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    async with trio.open_nursery() as nursery:
+        server = TasksServer(nursery, None)
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":
+                while (event := await receive())["type"] != "lifespan.shutdown":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+            body = b""
+            while True:
+                event = await receive()
+                body += event.get("body", b"")
+                if not event.get("more_body"):
+                    break
+            status, answer = 404, b""
+            if scope["path"] == "/mcp":
+                status = 405
+                if scope["method"] == "POST":
+                    try:
+                        response = await server.answer(json.loads(body))
+                    except (json.JSONDecodeError, AttributeError):
+                        response = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}
+                    status, answer = (202, b"") if response is None else (200, json.dumps(response).encode())
+            headers = [(b"content-type", b"application/json")] if answer else []
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+
+        config = Config()
+        config.bind = [f"127.0.0.1:{port}"]
+        await serve(app, config)  # type: ignore[arg-type]
+
+
 async def main() -> None:
     stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
     stdout = trio.lowlevel.FdStream(os.dup(sys.stdout.fileno()))
@@ -331,4 +380,10 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT/mcp")
+    options = parser.parse_args()
+    if options.http:
+        trio.run(serve_http, options.http)
+    else:
+        trio.run(main)
