@@ -107,7 +107,8 @@ class Operator:
                 rows.append(
                     PendingServer(name=name, reason="quarantined", state=state, tools=len(tools), risk=report.risk)
                 )
-            elif view is not None and (drift := self.approvals.drift(name, tools)):
+            # A server that is (re)connecting lists no tools yet: that is not a change of its tools.
+            elif view is not None and view.ready and (drift := self.approvals.drift(name, tools)):
                 report = analyze_server(name, tools, other_tools=other_tool_names(self.catalog, name))
                 rows.append(
                     PendingServer(

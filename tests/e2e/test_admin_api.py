@@ -445,6 +445,9 @@ async def test_a_killed_worker_shows_in_the_listing(tmp_path: Path) -> None:
 
         async def replaced() -> bool:
             now = next(r for r in (await http.get("/servers")).json()["servers"] if r["name"] == "alpha")
-            return now["pid"] != row["pid"] and now["restarts"] == 1
+            # While it reconnects it lists no tools; that is no change of its tools to review.
+            pending = (await http.get("/pending")).json()
+            assert pending["servers"] == [], pending
+            return now["pid"] != row["pid"] and now["restarts"] == 1 and now["upstream"] == "ready"
 
         await wait_until(replaced, "the killed worker replaced")
