@@ -4,8 +4,9 @@ Every server scenario first runs against the fixture upstream (tests/upstreams/c
 directly, which proves the fixture offers what the scenarios ask for. The scenarios that need no
 fixture then run through mcpvisor, against `/mcp/direct` and `/mcp` of a stack in front of
 server-everything. The Tasks extension's scenarios run against `/mcp/servers/conf` in front of
-tests/upstreams/tasks_server.py (the SDK's server has no Tasks support, so that fixture speaks raw
-JSON-RPC over stdio). Each scenario is one test; a check with status FAILURE fails it (warnings do not).
+tests/upstreams/tasks_server.py over stdio and over streamable HTTP (the SDK's server has no Tasks
+support, so that fixture speaks raw JSON-RPC). Each scenario is one test; a check with status
+FAILURE fails it (warnings do not).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 import trio
 
+from tests.e2e.test_tasks import tasks_server_over_http
 from tests.support.peers import NODE_MODULES, everything_stdio_server, node22
 from tests.support.stack import UPSTREAMS, free_port, open_stack, python_server
 
@@ -100,9 +102,14 @@ SERVER_SCENARIOS = (
     "input-required-result-validate-input",
 )
 # The Tasks extension: the Python SDK's server has none, so conformance_server.py offers no tasks;
-# tasks_server.py does, over stdio only (its scenarios run in test_tasks_scenario_through_mcp_servers_conf).
+# tasks_server.py does (its scenarios run in test_tasks_scenario_through_mcp_servers_conf).
 NO_TASKS = "the Python SDK's server has no Tasks extension (io.modelcontextprotocol/tasks): the fixture offers none"
-TASKS_OVER_STDIO = "tasks_server.py speaks stdio only; its scenarios run through /mcp/servers/conf over stdio"
+TASKS_ELSEWHERE = "run against tasks_server.py instead (test_tasks_scenario_through_mcp_servers_conf)"
+# tasks_server.py over HTTP answers plain JSON: no stream to ask the client on during a call.
+TASKS_FIXTURE_OVER_HTTP = {
+    "tasks-mrtr-composition": "the fixture asks for the name during the call, which its plain-JSON HTTP mode cannot; "
+    "the scenario passes over stdio",
+}
 TASK_SCENARIOS = tuple(scenario for scenario in SERVER_SCENARIOS if scenario.startswith("tasks-"))
 # Scenarios that ask for nothing but the protocol itself (no fixture tool, resource or prompt).
 FIXTURE_FREE = (
@@ -278,21 +285,30 @@ def server_endpoint_results(tmp_path_factory: pytest.TempPathFactory) -> dict[st
 
 
 @pytest.fixture(scope="module")
-def tasks_results(tmp_path_factory: pytest.TempPathFactory) -> Results:
-    """Each Tasks scenario against /mcp/servers/conf, tests/upstreams/tasks_server.py behind it over stdio."""
+def tasks_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Results]:
+    """Each Tasks scenario against /mcp/servers/conf, tests/upstreams/tasks_server.py behind it over
+    stdio and over streamable HTTP."""
     conformance_entry()
     work = tmp_path_factory.mktemp("conformance-tasks")
     settings = {"enable_server_endpoints": True}
 
-    async def run_all() -> Results:
+    async def run_one(transport: str, server: dict[str, Any]) -> Results:
         results: Results = {}
-        async with open_stack(work, {"conf": python_server("tasks_server.py")}, settings=settings) as stack:
+        async with open_stack(work / transport, {"conf": server}, settings=settings) as stack:
             url = f"{stack.base_url}/mcp/servers/conf"
             for scenario in TASK_SCENARIOS:
-                out = work / "results" / scenario
+                out = work / transport / "results" / scenario
                 out.mkdir(parents=True)
                 results.update(await trio.to_thread.run_sync(run_scenarios, url, out, scenario))
         return results
+
+    async def run_all() -> dict[str, Results]:
+        found = {"stdio": await run_one("stdio", python_server("tasks_server.py"))}
+        async with tasks_server_over_http(work) as upstream:
+            found["streamable-http"] = await run_one(
+                "streamable-http", {"url": upstream, "transport": "streamable-http"}
+            )
+        return found
 
     return trio.run(run_all)
 
@@ -327,7 +343,7 @@ def test_scenario_through_mcp_servers_conf(
     scenario: str, transport: str, server_endpoint_results: dict[str, Results]
 ) -> None:
     if scenario.startswith("tasks-"):
-        pytest.skip(TASKS_OVER_STDIO if transport == "stdio" else NO_TASKS)
+        pytest.skip(TASKS_ELSEWHERE)
     checks = server_endpoint_results[transport].get(scenario)
     known = THROUGH_A_WORKER.get(scenario, {})
     failed = {check["id"] for check in checks or () if check.get("status") == "FAILURE"}
@@ -336,10 +352,15 @@ def test_scenario_through_mcp_servers_conf(
     assert_no_failure(scenario, checks)
 
 
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
 @pytest.mark.parametrize("scenario", TASK_SCENARIOS)
-def test_tasks_scenario_through_mcp_servers_conf(scenario: str, tasks_results: Results) -> None:
+def test_tasks_scenario_through_mcp_servers_conf(
+    scenario: str, transport: str, tasks_results: dict[str, Results]
+) -> None:
     """Task handles go back to the upstream that made them; the upstream, not mcpvisor, runs the tasks."""
-    checks = tasks_results.get(scenario)
+    if transport == "streamable-http" and scenario in TASKS_FIXTURE_OVER_HTTP:
+        pytest.skip(TASKS_FIXTURE_OVER_HTTP[scenario])
+    checks = tasks_results[transport].get(scenario)
     if checks and all(check.get("status") == "SKIPPED" for check in checks):
         pytest.skip(f"the suite skips it: {checks[0].get('errorMessage', '')}")
     assert_no_failure(scenario, checks)
