@@ -104,7 +104,6 @@ SERVER_SCENARIOS = (
 # The Tasks extension: the Python SDK's server has none, so conformance_server.py offers no tasks;
 # tasks_server.py does (its scenarios run in test_tasks_scenario_through_mcp_servers_conf).
 NO_TASKS = "the Python SDK's server has no Tasks extension (io.modelcontextprotocol/tasks): the fixture offers none"
-TASKS_ELSEWHERE = "run against tasks_server.py instead (test_tasks_scenario_through_mcp_servers_conf)"
 # tasks_server.py over HTTP answers plain JSON: no stream to ask the client on during a call.
 TASKS_FIXTURE_OVER_HTTP = {
     "tasks-mrtr-composition": "the fixture asks for the name during the call, which its plain-JSON HTTP mode cannot; "
@@ -338,12 +337,11 @@ def test_fixture_free_scenario_through_mcpvisor(scenario: str, path: str, stack_
 
 
 @pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
-@pytest.mark.parametrize("scenario", SERVER_SCENARIOS)
+@pytest.mark.parametrize("scenario", [scenario for scenario in SERVER_SCENARIOS if scenario not in TASK_SCENARIOS])
 def test_scenario_through_mcp_servers_conf(
     scenario: str, transport: str, server_endpoint_results: dict[str, Results]
 ) -> None:
-    if scenario.startswith("tasks-"):
-        pytest.skip(TASKS_ELSEWHERE)
+    """Every scenario but the Tasks ones (test_tasks_scenario_through_mcp_servers_conf runs those)."""
     checks = server_endpoint_results[transport].get(scenario)
     known = THROUGH_A_WORKER.get(scenario, {})
     failed = {check["id"] for check in checks or () if check.get("status") == "FAILURE"}
