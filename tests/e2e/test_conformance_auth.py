@@ -211,6 +211,8 @@ if __name__ == "__main__":
 
 # ---- the tests ----------------------------------------------------------------------------------
 
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
 import pytest  # noqa: E402
 
 from tests.e2e.test_conformance import conformance, conformance_entry  # noqa: E402
@@ -246,12 +248,34 @@ def test_the_auth_scenarios_are_the_pinned_suites() -> None:
     assert tuple(name for name, versions in names if versions != "extension") == AUTH_SCENARIOS
 
 
-@pytest.mark.parametrize("scenario", AUTH_SCENARIOS)
-def test_auth_scenario(scenario: str, tmp_path: Path) -> None:
+# Each scenario starts its own mcpvisor and the suite's mocks, and spends most of its time waiting
+# for processes to start: a few at once take a fraction of the time one after another would.
+AT_ONCE = 4
+
+
+@pytest.fixture(scope="module")
+def auth_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]] | BaseException]:
+    """Every scenario's checks (or why it left none), run a few at a time before the tests read them."""
     conformance_entry()
+    runnable = [scenario for scenario in AUTH_SCENARIOS if scenario not in CANNOT_PASS]
+
+    def run(scenario: str) -> list[dict[str, Any]] | BaseException:
+        try:
+            return run_scenario(scenario, tmp_path_factory.mktemp(scenario.replace("/", "-")))
+        except (AssertionError, OSError, subprocess.SubprocessError) as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
+        return dict(zip(runnable, pool.map(run, runnable), strict=True))
+
+
+@pytest.mark.parametrize("scenario", AUTH_SCENARIOS)
+def test_auth_scenario(scenario: str, auth_results: dict[str, list[dict[str, Any]] | BaseException]) -> None:
     if scenario in CANNOT_PASS:
         pytest.xfail(CANNOT_PASS[scenario])
-    checks = run_scenario(scenario, tmp_path)
+    checks = auth_results[scenario]
+    if isinstance(checks, BaseException):
+        raise checks
     failures = [check for check in checks if check.get("status") == "FAILURE"]
     assert not failures, "\n".join(
         f"{check['id']}: {check.get('errorMessage', '')} {json.dumps(check.get('details'))[:400]}" for check in failures
