@@ -3,7 +3,7 @@
 Given a real stack, the operator's page shows the servers and follows them live (a worker killed
 with SIGKILL shows without a reload), approves what clients proposed (and an MCP client then gets
 the tools), shows the diff of a changed tool, and a page of another site cannot change anything.
-The screenshots in docs/ are taken here.
+The screenshots in docs/ are taken here, with MCPVISOR_SCREENSHOTS=1.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,9 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="needs Debian's chromium (`apt-get install -y chromium`; .ci/run installs it)"
 )
 DOCS = REPO / "docs"
+# The README's screenshots are retaken only when asked (MCPVISOR_SCREENSHOTS=1): a test run must not
+# change the work tree, and two runs of one checkout must not write the same files.
+SHOTS = DOCS if os.environ.get("MCPVISOR_SCREENSHOTS") else Path(tempfile.mkdtemp(prefix="mcpvisor-console-"))
 VIEWPORT = {"width": 1440, "height": 860}
 LIVE_WITHIN_MS = 2000  # the console must show a worker's death this soon, without a reload
 
@@ -102,7 +106,7 @@ async def test_dashboard_follows_the_servers_live(tmp_path: Path) -> None:
             page.wait_for_function("() => document.querySelector('#pending-count').textContent === '1'")
             page.wait_for_timeout(300)  # the live dot's glow and the counters settle
             DOCS.mkdir(exist_ok=True)
-            page.screenshot(path=str(DOCS / "console-dashboard.png"))
+            page.screenshot(path=str(SHOTS / "console-dashboard.png"))
 
             # SIGKILL a worker: the page shows it (new pid, or a state other than RUNNING) without a reload.
             pid = row_pid(page, "files")
@@ -133,7 +137,7 @@ async def test_dashboard_follows_the_servers_live(tmp_path: Path) -> None:
             page.locator("#server-config dd", has_text="echo_server.py").wait_for()
             page.wait_for_function("() => document.querySelector('#log').textContent.trim().length > 0")
             assert page.locator('tr[data-tool="echo"] .badge').first.inner_text() == "approved"
-            page.screenshot(path=str(DOCS / "console-server.png"))
+            page.screenshot(path=str(SHOTS / "console-server.png"))
 
             # The activity log, filtered by server.
             page.goto(f"{stack.base_url}/ui/#/activity")
@@ -147,7 +151,7 @@ async def test_dashboard_follows_the_servers_live(tmp_path: Path) -> None:
             page.wait_for_function("() => document.querySelectorAll('tr[data-request]').length === 1")
             assert "time:fail" in page.locator("tr[data-request]").first.inner_text()
             page.select_option("#f-outcome", "")
-            page.screenshot(path=str(DOCS / "console-activity.png"))
+            page.screenshot(path=str(SHOTS / "console-activity.png"))
 
         await trio.to_thread.run_sync(in_browser(scenario))
 
@@ -193,7 +197,7 @@ async def test_approvals_from_the_page_reach_mcp_clients(tmp_path: Path) -> None
             page.goto(f"{stack.base_url}/ui/#/approvals/shifty")
             page.locator(".diff .del", has_text="Weather for a city.").wait_for()
             assert "read ~/.ssh/id_rsa" in page.locator(".diff .add").first.inner_text()
-            page.screenshot(path=str(DOCS / "console-approval.png"))
+            page.screenshot(path=str(SHOTS / "console-approval.png"))
             page.locator("#approve").click()
             page.locator(".toast", has_text="shifty: approved").wait_for()
 
