@@ -23,18 +23,25 @@ def _config_path(value: str | None) -> Path:
     return Path(DEFAULT_CONFIG)
 
 
+def _load(args: argparse.Namespace) -> tuple[Path, config_mod.Config] | None:
+    """The config file `-c` names (or the default) and its contents; None once the error is printed."""
+    path = _config_path(args.config)
+    try:
+        return path, config_mod.load(path)
+    except ConfigError as exc:
+        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+        return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import trio
 
     from mcpvisor.supervisor import configstore
     from mcpvisor.supervisor.supervisor import serve
 
-    path = _config_path(args.config)
-    try:
-        config = config_mod.load(path)
-    except ConfigError as exc:
-        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+    if (loaded := _load(args)) is None:
         return 2
+    path, config = loaded
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
     log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
@@ -46,12 +53,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    path = _config_path(args.config)
-    try:
-        config = config_mod.load(path)
-    except ConfigError as exc:
-        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+    if (loaded := _load(args)) is None:
         return 2
+    path, config = loaded
     print(f"{path}: ok, {len(config.servers)} servers")
     return 0
 
@@ -90,12 +94,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     from mcpvisor.wire.state_db import open_state_db
     from mcpvisor.wire.tokens import TokenError, TokenStore, parse_expiry
 
-    path = _config_path(args.config)
-    try:
-        config = config_mod.load(path)
-    except ConfigError as exc:
-        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+    if (loaded := _load(args)) is None:
         return 2
+    path, config = loaded
     db = open_state_db(str(config_mod.data_dir(config, path.resolve())))
     store = TokenStore(db)
 

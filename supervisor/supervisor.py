@@ -436,18 +436,25 @@ class Supervisor:
         if frontend is None or frontend.state is not ProcessState.RUNNING or identity is None or self._control is None:
             raise CommandError("the frontend is not running (see `mcpvisor ctl status`); try again once it is")
         request = OperatorRequest(id=next(self._operator_ids), action=action, name=name, tools=tools or [])
-        with self._operator_replies.expect(request.id) as slot:
-            try:
-                await self._control.send_multipart([identity, *codec.control.encode(request)])
-            except zmq.ZMQError as exc:
-                raise CommandError(f"the frontend cannot be reached: {exc.strerror}") from None
-            try:
-                reply = await slot.wait(OPERATOR_TIMEOUT)
-            except trio.TooSlowError:
-                raise CommandError(f"the frontend did not answer within {OPERATOR_TIMEOUT:g}s") from None
+        reply = await self._ask(identity, request, self._operator_replies, OPERATOR_TIMEOUT, "the frontend")
         if reply.error or reply.result is None:
             raise CommandError(reply.error or "the frontend gave no answer", reply.exit_code or EXIT_ERROR)
         return reply.result
+
+    async def _ask(
+        self, identity: bytes, request: Any, replies: PendingReplies[int, Any], timeout: float, who: str
+    ) -> Any:
+        """Send `request` to the process behind `identity` on the control socket; its reply, or CommandError."""
+        assert self._control is not None
+        with replies.expect(request.id) as slot:
+            try:
+                await self._control.send_multipart([identity, *codec.control.encode(request)])
+            except zmq.ZMQError as exc:
+                raise CommandError(f"{who} cannot be reached: {exc.strerror}") from None
+            try:
+                return await slot.wait(timeout)
+            except trio.TooSlowError:
+                raise CommandError(f"{who} did not answer within {timeout:g}s") from None
 
     async def ask_worker(self, program: Program, command: str, data: Any = None, timeout: float = 60.0) -> Any:
         """Send a command to one running worker (an operator's `ctl login`); its result, or CommandError."""
@@ -456,15 +463,7 @@ class Supervisor:
         if not alive or identity is None or self._control is None:
             raise CommandError(f"{self.display_name(program)}: the worker is not running (see `mcpvisor ctl status`)")
         request = Command(id=next(self._operator_ids), name=command, data=data)
-        with self._worker_replies.expect(request.id) as slot:
-            try:
-                await self._control.send_multipart([identity, *codec.control.encode(request)])
-            except zmq.ZMQError as exc:
-                raise CommandError(f"the worker cannot be reached: {exc.strerror}") from None
-            try:
-                reply = await slot.wait(timeout)
-            except trio.TooSlowError:
-                raise CommandError(f"the worker did not answer within {timeout:g}s") from None
+        reply = await self._ask(identity, request, self._worker_replies, timeout, "the worker")
         if not reply.ok:
             raise CommandError(reply.error, reply.exit_code or EXIT_ERROR)
         return reply.result
