@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx2
 import trio
 from joserfc import jws, jwt
 from joserfc.errors import (
@@ -33,6 +32,7 @@ from joserfc.jwk import Key, KeySet
 
 from mcpvisor.frontend.endpoints.auth import InvalidToken, Principal
 from mcpvisor.wire.config import OAuthResourceConfig, TenantConfig
+from mcpvisor.wire.fetch import FetchError, get_json
 
 log = logging.getLogger(__name__)
 
@@ -267,23 +267,19 @@ def metadata_urls(issuer: str) -> list[str]:
 async def _get_json(url: str, what: str) -> Any:
     """GET a JSON document of the issuer, without following redirects and reading no more than the limit."""
     try:
-        client = httpx2.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False, trust_env=False)
-        async with client as http, http.stream("GET", url, headers={"Accept": "application/json"}) as response:
-            if response.status_code != 200:
-                raise IssuerUnavailable(f"{what} at {url}: HTTP {response.status_code}")
-            body = bytearray()
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > MAX_DOCUMENT_BYTES:
-                    raise IssuerUnavailable(f"{what} at {url} is larger than {MAX_DOCUMENT_BYTES} bytes")
-    except httpx2.TimeoutException:
-        raise IssuerUnavailable(f"{what} at {url}: no answer within {FETCH_TIMEOUT:.0f} s") from None
-    except httpx2.HTTPError as exc:
-        raise IssuerUnavailable(f"{what} at {url} cannot be reached ({type(exc).__name__})") from None
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise IssuerUnavailable(f"{what} at {url} is not JSON") from None
+        return await get_json(
+            url, timeout=FETCH_TIMEOUT, max_bytes=MAX_DOCUMENT_BYTES, headers={"Accept": "application/json"}
+        )
+    except FetchError as exc:
+        reasons = {
+            "status": f"HTTP {exc.detail}",
+            "too_large": f"is larger than {MAX_DOCUMENT_BYTES} bytes",
+            "timeout": f"no answer within {FETCH_TIMEOUT:.0f} s",
+            "unreachable": f"cannot be reached ({exc.detail})",
+            "not_json": "is not JSON",
+        }
+        separator = ": " if exc.kind in ("status", "timeout") else " "
+        raise IssuerUnavailable(f"{what} at {url}{separator}{reasons[exc.kind]}") from None
 
 
 def resource_metadata_url(resource: str) -> str:

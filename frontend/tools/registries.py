@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-import json
 import re
 import socket
 from collections.abc import Mapping
@@ -28,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import httpx2
 import trio
 
 from mcpvisor.frontend.tool_args import (
@@ -40,6 +38,7 @@ from mcpvisor.frontend.tool_args import (
     json_result,
 )
 from mcpvisor.wire.config import RegistryConfig
+from mcpvisor.wire.fetch import FetchError, get_json
 from mcpvisor.wire.secrets import SecretError, resolve
 
 BUILTIN_ID = "reference"
@@ -457,29 +456,25 @@ class RegistryClient:
         await check_host(url, allow_private=self.allow_private)
         limit = f"{MAX_RESPONSE_BYTES // (1024 * 1024)} MB"
         try:
-            # trust_env=False: a proxy from the environment would make the address check meaningless.
-            client = httpx2.AsyncClient(timeout=REQUEST_TIMEOUT, follow_redirects=False, trust_env=False)
-            request = {"params": dict(params or {}), "headers": self._headers()}
-            async with client as http, http.stream("GET", url, **request) as response:
-                if response.status_code == 404:
-                    raise RegistryError(f"registry {self.rid!r}: not found (HTTP 404)")
-                if 300 <= response.status_code < 400:
-                    raise RegistryError(f"registry {self.rid!r} answered with a redirect, which is not followed")
-                if response.status_code != 200:
-                    raise RegistryError(f"registry {self.rid!r} answered HTTP {response.status_code}")
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_RESPONSE_BYTES:
-                        raise RegistryError(f"registry {self.rid!r}: the response is larger than {limit}")
-        except httpx2.TimeoutException:
-            raise RegistryError(f"registry {self.rid!r} did not answer within {REQUEST_TIMEOUT:.0f} s") from None
-        except httpx2.HTTPError as exc:
-            raise RegistryError(f"registry {self.rid!r} cannot be reached: {type(exc).__name__}") from None
-        try:
-            return json.loads(body)
-        except ValueError:
-            raise RegistryError(f"registry {self.rid!r} did not answer with JSON") from None
+            return await get_json(
+                url, timeout=REQUEST_TIMEOUT, max_bytes=MAX_RESPONSE_BYTES, headers=self._headers(), params=params
+            )
+        except FetchError as exc:
+            name = f"registry {self.rid!r}"
+            if exc.kind == "status" and exc.detail == 404:
+                message = f"{name}: not found (HTTP 404)"
+            elif exc.kind == "status" and 300 <= exc.detail < 400:
+                message = f"{name} answered with a redirect, which is not followed"
+            elif exc.kind == "status":
+                message = f"{name} answered HTTP {exc.detail}"
+            else:
+                message = {
+                    "too_large": f"{name}: the response is larger than {limit}",
+                    "timeout": f"{name} did not answer within {REQUEST_TIMEOUT:.0f} s",
+                    "unreachable": f"{name} cannot be reached: {exc.detail}",
+                    "not_json": f"{name} did not answer with JSON",
+                }[exc.kind]
+            raise RegistryError(message) from None
 
     def _next_request(self, servers_url: str, cursor: str, params: dict[str, str]) -> tuple[str, dict[str, str]]:
         """The request for the next page: a URL cursor only on the configured host, else the cursor param."""
