@@ -422,6 +422,9 @@ class ToolIndex:
         # rows and frequencies, and every row's length, built on first use after a change.
         self._row_postings: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._row_lengths: np.ndarray | None = None
+        # The mean of the tool vectors and each row's inverse distance from it, built on first
+        # use after a change (see `_centring`).
+        self._centre: tuple[np.ndarray, np.ndarray] | None = None
 
         self._embedder: Embedder | None = None
         self._status = "lexical (semantic search switched off)"
@@ -547,6 +550,7 @@ class ToolIndex:
         self._server_rows.pop(server, None)
         self._row_postings.clear()
         self._row_lengths = None
+        self._centre = None
         for doc_id in self._by_server.pop(server, ()):
             for term in self._terms.pop(doc_id):
                 posting = self._postings[term]
@@ -616,6 +620,13 @@ class ToolIndex:
         # does not depend on how many rows there are. In float64 so that the scaled scores stay
         # within [0, 1] exactly.
         similarity = np.einsum("ij,j->i", vectors.matrix[:used], query_vector).astype(np.float64)
+        # The cosine with each tool vector less the mean of all of them: every text of a catalog
+        # shares a large common component (the averaged vectors of "get", "the", "tool", ...),
+        # which makes all tools look alike to a query; what is left is what sets a tool apart
+        # (Mu and Viswanath, "All-but-the-Top", 2018). The query is left as it is.
+        mean, inverse_norms = self._centring(used)
+        similarity -= float(np.dot(mean, query_vector))
+        similarity *= inverse_norms
         valid = vectors.valid[:used]
         low = float(similarity[valid].min())
         high = float(similarity[valid].max())
@@ -643,6 +654,30 @@ class ToolIndex:
             key=lambda item: (-item[0], keys[item[1]]),
         )
         return [SearchHit(*self._names[doc_id], score) for score, doc_id in ranked[:limit]]
+
+    def _centring(self, used: int) -> tuple[np.ndarray, np.ndarray]:
+        """The mean tool vector (float32) and, by matrix row, 1 / |vector - mean| (0 for a row at the
+        mean, which then has no direction), kept until the index changes."""
+        import numpy as np
+
+        assert self._vectors is not None
+        found = self._centre
+        if found is None or len(found[1]) != used:
+            rows = self._vectors.matrix[:used]
+            valid = self._vectors.valid[:used]
+            mean = rows[valid].mean(axis=0, dtype=np.float64).astype(np.float32)
+            # |v - m|^2 = |v|^2 - 2 v.m + |m|^2, without a centred copy of the matrix.
+            squared = (
+                np.einsum("ij,ij->i", rows, rows).astype(np.float64)
+                - 2.0 * np.einsum("ij,j->i", rows, mean).astype(np.float64)
+                + float(np.dot(mean, mean))
+            )
+            # Rounding can leave a row equal to the mean a hair above zero; such a row is noise.
+            apart = squared > 1e-12
+            inverse = np.zeros(used, dtype=np.float64)
+            np.divide(1.0, np.sqrt(squared, where=apart, out=np.ones(used)), out=inverse, where=apart)
+            self._centre = found = (mean, inverse)
+        return found
 
     def _keep_spare(self, key: bytes, vector: np.ndarray) -> None:
         self._spare.pop(key, None)
@@ -674,6 +709,7 @@ class ToolIndex:
     def _add(self, server: str, name: str, terms: Counter[str]) -> int:
         self._row_postings.clear()
         self._row_lengths = None
+        self._centre = None
         doc_id = self._next_id
         self._next_id += 1
         self._names[doc_id] = (server, name)

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from mcpvisor.frontend.door import search as search_module
@@ -483,7 +484,7 @@ def test_hybrid_ranks_the_right_tool_among_the_first_two(query: str, expected: s
     assert expected in ids(hybrid_index().search(query, 2))
 
 
-def test_hybrid_score_is_the_weighted_sum_of_scaled_cosine_and_scaled_bm25() -> None:
+def test_hybrid_score_is_the_weighted_sum_of_scaled_centred_cosine_and_scaled_bm25() -> None:
     query = "delete the folder with everything in it"
     index = hybrid_index()
     lexical = ToolIndex(semantic=False, expand_related=False)
@@ -493,7 +494,9 @@ def test_hybrid_score_is_the_weighted_sum_of_scaled_cosine_and_scaled_bm25() -> 
     embedder = load_embedder()
     entries = [(server, t["name"], t) for server, tools in CATALOG.items() for t in tools]
     vectors = embedder.embed([embedding_text(server, name, t) for server, name, t in entries])
-    cosine = vectors @ embedder.embed([query])[0]
+    # Each tool vector less the mean of all of them, the query as it is.
+    centred = vectors - vectors.mean(axis=0)
+    cosine = (centred @ embedder.embed([query])[0]) / np.linalg.norm(centred, axis=1)
     low, high = cosine.min(), cosine.max()
     expected = {
         (server, name): SEMANTIC_WEIGHT * (cos - low) / (high - low)
@@ -508,6 +511,25 @@ def test_hybrid_score_is_the_weighted_sum_of_scaled_cosine_and_scaled_bm25() -> 
         assert hit.score == pytest.approx(expected[(hit.server, hit.tool)], abs=1e-6)
     assert [hit.score for hit in hits] == pytest.approx(sorted(expected.values(), reverse=True), abs=1e-6)
     assert 0.0 <= hits[-1].score <= hits[0].score <= 1.0
+
+
+def test_hybrid_scores_follow_the_catalog_as_servers_come_and_go() -> None:
+    # The centre the tool vectors are measured from is that of the tools indexed now: after a
+    # server leaves, or comes back with other tools, scores are those of an index built afresh.
+    query = "remove a directory"
+    changing = hybrid_index()
+    assert changing.search(query, 3)
+    servers = sorted(CATALOG)
+    changing.remove_server(servers[0])
+    changing.set_server_tools(servers[1], CATALOG[servers[1]][:1])
+    fresh = ToolIndex()
+    for server in servers[1:]:
+        fresh.set_server_tools(server, CATALOG[server][:1] if server == servers[1] else CATALOG[server])
+
+    after = changing.search(query, 100)
+
+    assert [(hit.server, hit.tool) for hit in after] == [(hit.server, hit.tool) for hit in fresh.search(query, 100)]
+    assert [hit.score for hit in after] == pytest.approx([hit.score for hit in fresh.search(query, 100)], abs=1e-9)
 
 
 def test_hybrid_fills_the_limit_but_a_query_without_words_finds_nothing() -> None:
