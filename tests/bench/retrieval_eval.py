@@ -7,7 +7,8 @@ Usage: python tests/bench/retrieval_eval.py [--datasets DIR] [--queries FILE] [-
 2. LiveMCPTool: the 527 tools of 70 servers in livemcptool/tools.json (with their input schemas)
    and the everyday-language queries of tests/bench/data/livemcptool_queries.json. The even-
    numbered half of those queries (0, 2, ...) was used, with the golden set, to choose the fusion
-   weight; the odd half is printed apart as the less tuned measure.
+   weight and the centring of tool vectors; the odd half, held out from both choices, is printed
+   apart.
 
 Each set is run with four indexes: hybrid (the default: no related-term list) and hybrid with
 the list; BM25 alone with the list (the fallback when the model is missing) and plain BM25. Recall@k is the share of a query's relevant tools (relevance > 0) found in the top k,
