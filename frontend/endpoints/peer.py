@@ -5,13 +5,14 @@ peer's uid is the owner of the client's end of the connection: the socket whose 
 the client's address and port and whose remote address is ours. The kernel is asked by that exact
 address pair over sock_diag netlink (a hash lookup); where that is not available, its socket
 table in `/proc/net/tcp` and `tcp6` is read instead (a walk of every socket on the host, tens of
-milliseconds on a big one). Nothing is cached: a port is reused by the next connection, possibly
-another user's.
+milliseconds on a big one). No answer is cached: a port is reused by the next connection, possibly
+another user's. Only the parsing of addresses is (the same few, on every request).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import ipaddress
 import os
 import socket
@@ -30,6 +31,9 @@ _NLMSG_ERROR: Final = 2
 _NO_COOKIE: Final = 0xFFFFFFFF
 _HEADER: Final = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
 _UID_OFFSET: Final = _HEADER.size + 4 + 48 + 12  # inet_diag_msg: family..retrans, sockid, expires..wqueue
+# nlmsghdr, then inet_diag_req_v2: family, protocol, ext, pad, states; inet_diag_sockid: ports (in
+# network order, hence htons), addresses (16 bytes: struct pads an IPv4 one with zeros), interface, cookie.
+_REQUEST: Final = struct.Struct("=IHHIIBBBBIHH16s16sIII")
 
 
 class PeerUnknown(Exception):
@@ -39,14 +43,18 @@ class PeerUnknown(Exception):
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-def _forms(host: str) -> list[Address]:
-    """`host` and its other spelling across IPv4 and IPv6 sockets (`a.b.c.d` is `::ffff:a.b.c.d`)."""
+@functools.lru_cache(maxsize=1024)
+def _forms(host: str) -> tuple[Address, ...]:
+    """`host` and its other spelling across IPv4 and IPv6 sockets (`a.b.c.d` is `::ffff:a.b.c.d`).
+
+    Parsing both costs more than asking the kernel; a listener sees the same few addresses.
+    """
     address = ipaddress.ip_address(host.split("%", 1)[0])
     if address.version == 4:
-        return [address, ipaddress.IPv6Address(f"::ffff:{address}")]
+        return (address, ipaddress.IPv6Address(f"::ffff:{address}"))
     if address.ipv4_mapped is not None:
-        return [address, address.ipv4_mapped]
-    return [address]
+        return (address, address.ipv4_mapped)
+    return (address,)
 
 
 def peer_uid(
@@ -70,14 +78,25 @@ def peer_uid(
 def _diag_uid(local: Address, local_port: int, remote: Address, remote_port: int) -> int | None:
     """The owner of the TCP socket with exactly these ends, from sock_diag; None when there is none."""
     family = socket.AF_INET if local.version == 4 else socket.AF_INET6
-    request = (
-        struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)  # every TCP state
-        + struct.pack("!HH", local_port, remote_port)
-        + local.packed.ljust(16, b"\0")
-        + remote.packed.ljust(16, b"\0")
-        + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+    message = _REQUEST.pack(
+        _REQUEST.size,
+        _SOCK_DIAG_BY_FAMILY,
+        _NLM_F_REQUEST,
+        1,
+        0,
+        family,
+        socket.IPPROTO_TCP,
+        0,
+        0,
+        0xFFFFFFFF,  # every TCP state
+        socket.htons(local_port),
+        socket.htons(remote_port),
+        local.packed,
+        remote.packed,
+        0,
+        _NO_COOKIE,
+        _NO_COOKIE,
     )
-    message = _HEADER.pack(_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0) + request
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as sock:
         sock.settimeout(1.0)
         sock.sendto(message, (0, 0))
