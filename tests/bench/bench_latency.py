@@ -1,11 +1,16 @@
 """Latency and throughput of a tool call: directly to an upstream, and through mcpvisor.
 
     python tests/bench/bench_latency.py [--calls 500] [--clients 16] [--per-client 100] [--peer]
+                                        [--profile DIR]
 
 Starts tests/upstreams/echo_server.py twice: once serving streamable HTTP (the direct
 connection), once over stdio behind an mcpvisor worker. With `--peer`, a third time over stdio
 behind FastMCP's proxy (installed into a virtualenv of its own, see bench_scale.py). All are
 driven by the SDK's `Client` over streamable HTTP, in this one run, and printed side by side.
+
+`--profile DIR` samples mcpvisor's frontend with py-spy (`pip install py-spy`) during each era's
+sequential run and writes its stacks, collapsed (flamegraph.pl's input), to DIR/frontend-ERA.txt,
+then prints the functions that held the most samples.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -68,6 +75,58 @@ async def sequential(
         cpu = {"client": time.process_time() - client_before}
         cpu.update({name: cpu_seconds(pid) - before[name] for name, pid in processes.items()})
         return samples, {name: seconds * 1000 / calls for name, seconds in cpu.items()}
+
+
+@asynccontextmanager
+async def profiled(pid: int | None, out: Path | None) -> AsyncIterator[None]:
+    """py-spy sampling `pid` while the block runs, its collapsed stacks written to `out`."""
+    if pid is None or out is None:
+        yield
+        return
+    spy = subprocess.Popen(
+        [
+            shutil.which("py-spy", path=Path(sys.executable).parent) or "py-spy",
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            "1000",
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    await trio.sleep(1.0)  # attached before the first measured call
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        _, err = spy.communicate(timeout=30)
+        if spy.returncode not in (0, -signal.SIGINT):
+            print(f"py-spy failed: {err.decode(errors='replace').strip()}", file=sys.stderr)
+
+
+def hottest(collapsed: Path, top: int = 25) -> list[tuple[str, float, float]]:
+    """(function, share of samples anywhere on the stack, share at its top) from collapsed stacks."""
+    total = 0
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [frame.split(" (")[0] + " " + frame.rsplit("/", 1)[-1].split(":")[0] for frame in stack.split(";")]
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+    ranked = sorted(inclusive, key=lambda frame: inclusive[frame], reverse=True)[:top]
+    return [(frame, inclusive[frame] / total, own.get(frame, 0) / total) for frame in ranked] if total else []
 
 
 async def concurrent(url: str, tool: str, clients: int, per_client: int, mode: str) -> float:
@@ -158,7 +217,10 @@ async def main(args: argparse.Namespace) -> None:
             for label in labels:
                 url, tool, processes = targets[label]
                 print(f"measuring {label} ({mode}) ...", file=sys.stderr)
-                samples, cpu[f"{label}/{mode}"] = await sequential(url, tool, args.calls, mode, processes)
+                era = "2026-07-28" if mode == "auto" else "2025-11-25"
+                out = args.profile / f"frontend-{era}.txt" if args.profile and label == "mcpvisor" else None
+                async with profiled(processes.get("frontend"), out):
+                    samples, cpu[f"{label}/{mode}"] = await sequential(url, tool, args.calls, mode, processes)
                 rate = await concurrent(url, tool, args.clients, args.per_client, mode)
                 results[f"{label}/{mode}"] = {
                     "p50": statistics.median(samples),
@@ -198,6 +260,14 @@ async def main(args: argparse.Namespace) -> None:
             cells = [f"{row[name]:>{width}.2f}" if name in row else f"{'-':>{width}}" for name, width in _COLUMNS]
             print(f"{era:<12} {label:<10} {' '.join(cells)} {sum(row.values()):>8.2f}")
 
+    for mode in args.modes if args.profile else ():
+        era = "2026-07-28" if mode == "auto" else "2025-11-25"
+        path = args.profile / f"frontend-{era}.txt"
+        if path.exists():
+            print(f"\nfrontend, {era}: share of samples (on the stack / at its top), {path}")
+            for frame, anywhere, top in hottest(path):
+                print(f"{anywhere:>6.1%} {top:>6.1%}  {frame}")
+
 
 _COLUMNS = (("client", 8), ("frontend", 9), ("worker", 8), ("upstream", 9))
 
@@ -215,4 +285,8 @@ if __name__ == "__main__":
         help="client protocol: auto (2026-07-28) and/or legacy (handshake era)",
     )
     parser.add_argument("--peer", action="store_true", help="also measure FastMCP's proxy on the same upstream")
-    trio.run(main, parser.parse_args())
+    parser.add_argument("--profile", type=Path, help="sample the frontend with py-spy into this folder")
+    args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    trio.run(main, args)
