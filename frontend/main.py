@@ -24,6 +24,7 @@ from mcpvisor.frontend.endpoints.app import Gateway
 from mcpvisor.frontend.endpoints.auth import Authenticator
 from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.console import Console, OperatorDoor
+from mcpvisor.frontend.endpoints.http1 import coalesce_response_writes
 from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMetadata, resource_metadata_url
 from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.gate.activity import ActivityLog
@@ -184,6 +185,7 @@ async def run(
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
+    coalesce_response_writes()
     try:
         async with trio.open_nursery() as nursery:
             services = nursery
