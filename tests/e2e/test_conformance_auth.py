@@ -2,11 +2,12 @@
 
 For each scenario the suite (`@modelcontextprotocol/conformance`, pinned in tests/peers) starts a
 mock MCP server and authorization server and runs this file as the client: `python
-test_conformance_auth.py URL`. Run that way, it puts URL in a config as a remote upstream, runs
-`mcpvisor serve`, waits for the upstream to ask for a login, runs `mcpvisor ctl login`, follows the
-authorization URL headlessly (the mocks approve at once and redirect to mcpvisor's /oauth/callback),
-waits until the upstream is ready and calls its first tool through /mcp/direct. A call refused for
-more scope gets one more operator login (step-up) and one retry.
+test_conformance_auth.py URL`. Run that way, it adds URL as a remote upstream to the mcpvisor the
+tests started (run by hand: to a new `mcpvisor serve`), waits for the upstream to ask for a login,
+runs `mcpvisor ctl login`, follows the authorization URL headlessly (the mocks approve at once and
+redirect to mcpvisor's /oauth/callback), waits until the upstream is ready and calls its first tool
+through /mcp/direct. A call refused for more scope gets one more operator login (step-up) and one
+retry.
 
 Each scenario is one test; a check with status FAILURE fails it (warnings do not). Scenarios that
 cannot pass through mcpvisor say why in CANNOT_PASS.
@@ -22,6 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,36 +79,72 @@ _RESULT_DIR = re.compile(r"^(?P<scenario>auth-.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
 
 # ---- the client the suite runs ------------------------------------------------------------------
 
+# Set by the tests' fixture: one mcpvisor serves every scenario, each adding its upstream under a
+# name of its own (`update`, as an operator would) and removing it at the end. Starting an mcpvisor
+# per scenario cost more CPU than the scenario itself. Run by hand, the client starts its own.
+SHARED_ENV = "MCPVISOR_AUTH_SHARED"
 
-def _ctl(config: Path, *args: str, env: dict[str, str]) -> tuple[int, Any]:
-    command = [sys.executable, "-P", "-m", "mcpvisor.supervisor", "ctl", "-c", str(config), "--json", *args]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=90, check=False)
+
+@dataclass
+class Gateway:
+    config: Path
+    env: dict[str, str]
+    control: str
+    port: int
+    name: str
+    data: Path
+
+
+def _ctl(gateway: Gateway, *args: str) -> tuple[int, Any]:
+    command = [sys.executable, "-P", "-m", "mcpvisor.supervisor", "ctl", "-c", str(gateway.config), "--json", *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=gateway.env, timeout=90, check=False)
     try:
         return result.returncode, json.loads(result.stdout) if result.stdout.strip() else result.stderr
     except json.JSONDecodeError:
         return result.returncode, result.stdout + result.stderr
 
 
-def _upstream(config: Path, env: dict[str, str]) -> dict[str, Any]:
-    _code, rows = _ctl(config, "status", SERVER, env=env)
+def _ask(control: str, command: str, *args: str) -> Any:
+    """A control-socket question: polling with a `ctl` process each time would cost more CPU than
+    the scenario itself (the login below runs the real `ctl login`). None when nobody answers."""
+    from mcpvisor.supervisor.ctl import Connection, NoDaemon
+
+    try:
+        connection = Connection(control, 60)
+    except NoDaemon:
+        return None
+    try:
+        reply = connection.call(command, list(args))
+    except NoDaemon:
+        return None
+    finally:
+        connection.close()
+    if not reply.ok:
+        print(f"{command} {' '.join(args)}: {reply.error}", file=sys.stderr)
+        return None
+    return reply.result
+
+
+def _upstream(gateway: Gateway) -> dict[str, Any]:
+    rows = _ask(gateway.control, "status", gateway.name)
     return rows[0] if isinstance(rows, list) and rows else {}
 
 
-def _wait_upstream(config: Path, env: dict[str, str], states: set[str], timeout: float = 60.0) -> dict[str, Any]:
+def _wait_upstream(gateway: Gateway, states: set[str], timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     row: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        row = _upstream(config, env)
+        row = _upstream(gateway)
         if row.get("upstream") in states:
             return row
         time.sleep(0.3)
     raise TimeoutError(f"the upstream never became {states}: {row}")
 
 
-def _log_in(config: Path, env: dict[str, str]) -> None:
+def _log_in(gateway: Gateway) -> None:
     import httpx2
 
-    code, result = _ctl(config, "login", SERVER, "--no-wait", env=env)
+    code, result = _ctl(gateway, "login", gateway.name, "--no-wait")
     print(f"ctl login: exit {code}: {result}", file=sys.stderr)
     if code != 0 or not isinstance(result, dict) or not result.get("url"):
         raise RuntimeError(f"ctl login failed: {result}")
@@ -117,15 +157,16 @@ def _log_in(config: Path, env: dict[str, str]) -> None:
         print(f"callback: {page.status_code}: {page.text[:300]}", file=sys.stderr)
 
 
-def _call_first_tool(url: str) -> str:
+def _call_first_tool(gateway: Gateway) -> str:
     """Call the upstream's first tool through /mcp/direct; the text of a refusal, or '' when it worked."""
     import trio
     from mcp.client.client import Client
     from mcp.shared.exceptions import MCPError
 
     async def run() -> str:
-        async with Client(url) as client:
-            tools = [tool.name for tool in (await client.list_tools()).tools if tool.name.startswith(f"{SERVER}:")]
+        async with Client(f"http://127.0.0.1:{gateway.port}/mcp/direct") as client:
+            listed = (await client.list_tools()).tools
+            tools = [tool.name for tool in listed if tool.name.startswith(f"{gateway.name}:")]
             print(f"tools: {tools}", file=sys.stderr)
             if not tools:
                 return "no tools"
@@ -140,30 +181,35 @@ def _call_first_tool(url: str) -> str:
     return trio.run(run)
 
 
-def run_client(server_url: str) -> int:
-    """What the suite runs: mcpvisor in front of `server_url`, logged in by a headless operator."""
-    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+def _oauth(context: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The upstream's [oauth] table; a pre-registered secret goes in a file, referenced by `${file:}`."""
+    oauth: dict[str, Any] = {"client_metadata_url": CLIENT_METADATA_URL}
+    if context.get("client_id"):
+        oauth["client_id"] = context["client_id"]
+        if context.get("client_secret"):
+            secret = work / "client-secret"
+            secret.touch(mode=0o600)
+            secret.write_text(context["client_secret"])
+            oauth["client_secret"] = f"${{file:{secret}}}"
+    return oauth
+
+
+@contextmanager
+def _own_gateway(server: dict[str, Any] | None) -> Iterator[Gateway]:
+    """A new mcpvisor with the upstream as its one server (None: no server yet), stopped afterwards."""
     import tomli_w
 
+    from mcpvisor.wire.endpoints import Endpoints
     from tests.support.stack import free_port
 
     work = Path(tempfile.mkdtemp(prefix="mvauth"))
     run_dir = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))
     port = free_port()
-    oauth: dict[str, Any] = {"client_metadata_url": CLIENT_METADATA_URL}
     env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir)}
     env.pop("RUNTIME_DIRECTORY", None)
-    if context.get("client_id"):
-        oauth["client_id"] = context["client_id"]
-        if context.get("client_secret"):
-            env["CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
-            oauth["client_secret"] = "${env:CONFORMANCE_CLIENT_SECRET}"
     config = work / "mcpvisor.toml"
-    document = {
-        "mcpvisor": {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(work / "data")},
-        "servers": {SERVER: {"url": server_url, "transport": "streamable-http", "oauth": oauth}},
-    }
-    config.write_text(tomli_w.dumps(document))
+    settings = {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(work / "data")}
+    config.write_text(tomli_w.dumps({"mcpvisor": settings, "servers": {SERVER: server} if server else {}}))
     with open(work / "supervisor.out", "wb") as out:
         supervisor = subprocess.Popen(
             [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config)],
@@ -173,25 +219,7 @@ def run_client(server_url: str) -> int:
             start_new_session=True,
         )
     try:
-        row = _wait_upstream(config, env, {"authenticating", "ready"})
-        print(f"upstream: {row.get('upstream')} ({row.get('error', '')})", file=sys.stderr)
-        logins = 0
-        while True:
-            if row.get("upstream") == "authenticating":
-                _log_in(config, env)
-                logins += 1
-                row = _wait_upstream(config, env, {"ready"}, timeout=30)
-            refusal = _call_first_tool(f"http://127.0.0.1:{port}/mcp/direct")
-            if not refusal:
-                return 0
-            print(f"refused: {refusal}", file=sys.stderr)
-            # A refusal for more scope: the operator logs in again, once (a loop would never end).
-            if "ctl login" not in refusal or logins >= 2:
-                return 1
-            _log_in(config, env)
-            logins += 1
-            time.sleep(0.5)
-            row = _upstream(config, env)
+        yield Gateway(config, env, Endpoints.in_dir(run_dir / "mcpvisor").control, port, SERVER, work / "data")
     finally:
         supervisor.send_signal(signal.SIGTERM)
         try:
@@ -199,10 +227,74 @@ def run_client(server_url: str) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(supervisor.pid, signal.SIGKILL)
             supervisor.wait()
-        for name in ("supervisor.out", "data/logs/conf.worker.log"):
-            path = work / name
-            if path.exists():
-                print(f"---- {name}\n{path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+        path = work / "supervisor.out"
+        print(f"---- supervisor.out\n{path.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+
+
+def _edit_servers(config: Path, control: str, change: Any) -> None:
+    """Change the shared config's [servers] under a lock (scenarios run at once) and `update`."""
+    import fcntl
+    import tomllib
+
+    import tomli_w
+
+    with open(config.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        document = tomllib.loads(config.read_text())
+        change(document.setdefault("servers", {}))
+        config.write_text(tomli_w.dumps(document))
+        result = _ask(control, "update")
+        print(f"update: {result}", file=sys.stderr)
+
+
+@contextmanager
+def _shared_gateway(shared: dict[str, Any], server: dict[str, Any]) -> Iterator[Gateway]:
+    """The fixture's mcpvisor, with the upstream added as `conf<pid>` for the scenario's length."""
+    config = Path(shared["config"])
+    name = f"{SERVER}{os.getpid()}"
+    _edit_servers(config, shared["control"], lambda servers: servers.__setitem__(name, server))
+    try:
+        env = {**os.environ, "MCPVISOR_CONTROL": shared["control"]}
+        yield Gateway(config, env, shared["control"], shared["port"], name, Path(shared["data"]))
+    finally:
+        _edit_servers(config, shared["control"], lambda servers: servers.pop(name, None))
+
+
+def run_client(server_url: str) -> int:
+    """What the suite runs: mcpvisor in front of `server_url`, logged in by a headless operator."""
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    work = Path(tempfile.mkdtemp(prefix="mvauth"))
+    server = {"url": server_url, "transport": "streamable-http", "oauth": _oauth(context, work)}
+    shared = json.loads(os.environ[SHARED_ENV]) if os.environ.get(SHARED_ENV) else None
+    with _shared_gateway(shared, server) if shared else _own_gateway(server) as gateway:
+        try:
+            return _log_in_and_call(gateway)
+        finally:
+            log = gateway.data / "logs" / f"{gateway.name}.worker.log"
+            if log.exists():
+                print(f"---- {log.name}\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+
+
+def _log_in_and_call(gateway: Gateway) -> int:
+    row = _wait_upstream(gateway, {"authenticating", "ready"})
+    print(f"upstream: {row.get('upstream')} ({row.get('error', '')})", file=sys.stderr)
+    logins = 0
+    while True:
+        if row.get("upstream") == "authenticating":
+            _log_in(gateway)
+            logins += 1
+            row = _wait_upstream(gateway, {"ready"}, timeout=30)
+        refusal = _call_first_tool(gateway)
+        if not refusal:
+            return 0
+        print(f"refused: {refusal}", file=sys.stderr)
+        # A refusal for more scope: the operator logs in again, once (a loop would never end).
+        if "ctl login" not in refusal or logins >= 2:
+            return 1
+        _log_in(gateway)
+        logins += 1
+        time.sleep(0.5)
+        row = _upstream(gateway)
 
 
 if __name__ == "__main__":
@@ -248,7 +340,7 @@ def test_the_auth_scenarios_are_the_pinned_suites() -> None:
     assert tuple(name for name, versions in names if versions != "extension") == AUTH_SCENARIOS
 
 
-# Each scenario starts its own mcpvisor and the suite's mocks, and spends most of its time waiting
+# Each scenario starts the suite's mocks and a client process, and spends most of its time waiting
 # for processes to start: a few at once take a fraction of the time one after another would.
 AT_ONCE = 4
 
@@ -265,8 +357,29 @@ def auth_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dic
         except (AssertionError, OSError, subprocess.SubprocessError) as exc:
             return exc
 
-    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
-        return dict(zip(runnable, pool.map(run, runnable), strict=True))
+    with _own_gateway(None) as gateway:
+        _wait_serving(gateway)
+        shared = {"config": str(gateway.config), "control": gateway.control, "port": gateway.port}
+        os.environ[SHARED_ENV] = json.dumps({**shared, "data": str(gateway.data)})
+        try:
+            with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
+                return dict(zip(runnable, pool.map(run, runnable), strict=True))
+        finally:
+            del os.environ[SHARED_ENV]
+
+
+def _wait_serving(gateway: Gateway, timeout: float = 60.0) -> None:
+    import httpx2
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx2.get(f"http://127.0.0.1:{gateway.port}/healthz", timeout=5).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"the shared mcpvisor did not serve within {timeout:g}s")
 
 
 @pytest.mark.parametrize("scenario", AUTH_SCENARIOS)
