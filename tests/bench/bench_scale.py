@@ -268,6 +268,12 @@ class BareClient:
         await self.http.post(self.path, self.headers, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
 
     async def request(self, method: str, params: dict[str, Any], name: str | None = None) -> Any:
+        answer = msgspec.json.decode(await self._post(method, params, name))
+        if "result" not in answer:
+            raise RuntimeError(f"{method}: {answer.get('error')}")
+        return answer["result"]
+
+    async def _post(self, method: str, params: dict[str, Any], name: str | None = None) -> bytes:
         self.next_id += 1
         headers = self.headers
         if self.era == MODERN:
@@ -277,20 +283,36 @@ class BareClient:
                 headers["mcp-name"] = name
         message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
         _, data = await self.http.post(self.path, headers, msgspec.json.encode(message))
-        answer = msgspec.json.decode(data)
-        if "result" not in answer:
-            raise RuntimeError(f"{method}: {answer.get('error')}")
-        return answer["result"]
+        return data
 
     async def list_tools(self) -> int:
-        """Every page of tools/list: how many tools."""
+        """Every page of tools/list: how many tools.
+
+        Each page is parsed whole (msgspec checks it is JSON), but the tools are kept as their
+        bytes: building 10,000 Python dicts is a client's own work, not the gateway's.
+        """
         count, cursor = 0, None
         while True:
-            page = await self.request("tools/list", {"cursor": cursor} if cursor else {})
-            count += len(page["tools"])
-            cursor = page.get("nextCursor")
+            answer = _decode_page(await self._post("tools/list", {"cursor": cursor} if cursor else {}))
+            if answer.result is None:
+                raise RuntimeError(f"tools/list: {answer.error}")
+            count += len(answer.result.tools)
+            cursor = answer.result.nextCursor
             if not cursor:
                 return count
+
+
+class _Page(msgspec.Struct):
+    tools: list[msgspec.Raw]
+    nextCursor: str | None = None
+
+
+class _PageAnswer(msgspec.Struct):
+    result: _Page | None = None
+    error: Any = None
+
+
+_decode_page = msgspec.json.Decoder(_PageAnswer).decode
 
 
 # -- 10,000 tools ------------------------------------------------------------------------------
