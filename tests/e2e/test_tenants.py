@@ -321,8 +321,9 @@ async def test_limits_revocation_and_idle_stop(tmp_path: Path) -> None:
 
         # max_in_flight = 1: a second call while one runs is refused at once, naming the limit.
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(carol.call, "echo:slow", {"seconds": 2})
-            await trio.sleep(0.5)
+            # Long enough to be still running when the second call arrives on a loaded machine.
+            nursery.start_soon(carol.call, "echo:slow", {"seconds": 5})
+            await trio.sleep(1.5)
             refused = await carol.post("tools/call", {"name": "echo:echo", "arguments": {"text": "x"}})
             assert refused.status_code == 429, refused.text
             assert "max_in_flight" in refused.json()["error"]["message"]
