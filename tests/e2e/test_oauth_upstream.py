@@ -81,7 +81,14 @@ async def refusal(client: Any, tool: str, arguments: dict[str, Any]) -> str:
 
 
 async def upstream_state(stack: Stack, name: str, state: str, timeout: float = 30.0) -> dict[str, Any]:
-    rows = await stack.wait_status(lambda rows: rows.get(name, {}).get("upstream") == state, timeout=timeout)
+    """The row once the upstream is in `state` and its worker RUNNING: a worker reports its upstream
+    at once but is RUNNING only after `startsecs`, as in supervisord."""
+
+    def reached(rows: dict[str, dict[str, Any]]) -> bool:
+        row = rows.get(name, {})
+        return row.get("upstream") == state and row.get("state") == "RUNNING"
+
+    rows = await stack.wait_status(reached, timeout=timeout)
     return rows[name]
 
 
