@@ -133,6 +133,9 @@ if __name__ == "__main__":
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--servers", type=int, default=5)
     parser.add_argument(
-        "--idle", type=float, default=120.0, help="tenant_idle_stop for the run (seconds; longer than starting them all)"
+        "--idle",
+        type=float,
+        default=120.0,
+        help="tenant_idle_stop for the run (seconds; longer than starting them all)",
     )
     trio.run(main, parser.parse_args())
