@@ -143,11 +143,7 @@ class Stack:
         Tests that poll the state use this: `ctl` costs about 0.4 s of CPU a run, which adds up to
         minutes over a suite on two cores. Tests of `ctl` itself run the real command (`ctl()`).
         """
-        connection = Connection(Endpoints.in_dir(self.run_dir).control, timeout)
-        try:
-            return connection.call(command, list(args))
-        finally:
-            connection.close()
+        return ask(Endpoints.in_dir(self.run_dir).control, command, *args, timeout=timeout)
 
     def status(self) -> dict[str, dict[str, Any]]:
         reply = self.control("status")
@@ -155,7 +151,7 @@ class Stack:
         return {row["name"]: row for row in reply.result}
 
     async def wait_status(self, predicate: Any, *, timeout: float = 30.0) -> dict[str, dict[str, Any]]:
-        """Poll `ctl status` until `predicate(rows_by_name)` holds."""
+        """Poll the status on the control socket until `predicate(rows_by_name)` holds."""
         deadline = trio.current_time() + timeout
         rows: dict[str, dict[str, Any]] = {}
         while trio.current_time() < deadline:
@@ -168,6 +164,15 @@ class Stack:
     def pids(self) -> set[int]:
         """Every live process in the supervisor's tree (the supervisor included)."""
         return descendants(self.process.pid) | {self.process.pid}
+
+
+def ask(endpoint: str, command: str, *args: str, timeout: float = 30) -> Reply:
+    """One question on a control socket, as `ctl` asks it (NoDaemon when nothing answers)."""
+    connection = Connection(endpoint, timeout)
+    try:
+        return connection.call(command, list(args))
+    finally:
+        connection.close()
 
 
 def descendants(pid: int) -> set[int]:
