@@ -107,18 +107,13 @@ def _ctl(gateway: Gateway, *args: str) -> tuple[int, Any]:
 def _ask(control: str, command: str, *args: str) -> Any:
     """A control-socket question: polling with a `ctl` process each time would cost more CPU than
     the scenario itself (the login below runs the real `ctl login`). None when nobody answers."""
-    from mcpvisor.supervisor.ctl import Connection, NoDaemon
+    from mcpvisor.supervisor.ctl import NoDaemon
+    from tests.support.stack import ask
 
     try:
-        connection = Connection(control, 60)
+        reply = ask(control, command, *args, timeout=60)
     except NoDaemon:
         return None
-    try:
-        reply = connection.call(command, list(args))
-    except NoDaemon:
-        return None
-    finally:
-        connection.close()
     if not reply.ok:
         print(f"{command} {' '.join(args)}: {reply.error}", file=sys.stderr)
         return None
@@ -350,10 +345,13 @@ def auth_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dic
     """Every scenario's checks (or why it left none), run a few at a time before the tests read them."""
     conformance_entry()
     runnable = [scenario for scenario in AUTH_SCENARIOS if scenario not in CANNOT_PASS]
+    # Made here, not in the threads: pytest creates its base temporary directory on first use, and
+    # threads racing to do that remove each other's.
+    out_dirs = {scenario: tmp_path_factory.mktemp(scenario.replace("/", "-")) for scenario in runnable}
 
     def run(scenario: str) -> list[dict[str, Any]] | BaseException:
         try:
-            return run_scenario(scenario, tmp_path_factory.mktemp(scenario.replace("/", "-")))
+            return run_scenario(scenario, out_dirs[scenario])
         except (AssertionError, OSError, subprocess.SubprocessError) as exc:
             return exc
 
