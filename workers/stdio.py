@@ -9,6 +9,7 @@ file instead of the terminal.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -103,9 +104,35 @@ class StdioChannel:
         self.on_notification: NotificationHandler | None = None
 
     async def write_line(self, data: bytes) -> None:
-        assert self.process.stdin is not None
-        async with self._write_lock:
-            await self.process.stdin.send_all(data)
+        """Write one whole line; lines from concurrent writers never interleave.
+
+        When no other write is under way, the line goes straight to the non-blocking pipe: a
+        line the pipe takes whole costs one write call and no trip through the scheduler. What
+        the pipe does not take is sent, holding the lock, by the stream's own send_all.
+        """
+        stdin = self.process.stdin
+        assert stdin is not None
+        lock = self._write_lock
+        if lock.locked():
+            async with lock:
+                await stdin.send_all(data)
+            return
+        try:
+            sent = os.write(stdin.fileno(), data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            # As the stream's send_all reports them: a closed fd, or a broken pipe.
+            if exc.errno == errno.EBADF:
+                raise trio.ClosedResourceError("file was already closed") from None
+            raise trio.BrokenResourceError from exc
+        if sent == len(data):
+            return
+        lock.acquire_nowait()  # nothing ran since locked() said it is free
+        try:
+            await stdin.send_all(memoryview(data)[sent:])
+        finally:
+            lock.release()
 
     async def request(self, method: str, params: bytes | None) -> bytes:
         """Send one request as raw JSON and wait for the raw JSON result."""
@@ -203,17 +230,32 @@ async def open_stdio_upstream(
         await to_session.send(SessionMessage(message))
 
     async def read_stdout() -> None:
-        assert process.stdout is not None
+        stdout = process.stdout
+        assert stdout is not None
         buffer = b""
+        waited = True  # whether the task went through the scheduler since the last chunk
         try:
             async with to_session:
                 while True:
+                    # The pipe is non-blocking: read first, and wait only when it is empty. A
+                    # chunk that follows another without a wait yields first, so an upstream that
+                    # never stops writing cannot starve the worker's other tasks.
                     try:
-                        chunk = await process.stdout.receive_some(65536)
-                    except (trio.ClosedResourceError, trio.BrokenResourceError):
-                        return
+                        chunk = os.read(stdout.fileno(), 65536)
+                    except BlockingIOError:
+                        try:
+                            await trio.lowlevel.wait_readable(stdout.fileno())
+                        except trio.ClosedResourceError:
+                            return
+                        waited = True
+                        continue
+                    except OSError:
+                        return  # closed or broken, as the stream's receive_some would report
                     if not chunk:
                         return
+                    if not waited:
+                        await trio.lowlevel.checkpoint()
+                    waited = False
                     buffer += chunk
                     if b"\n" not in chunk:
                         if len(buffer) > _MAX_LINE:
