@@ -56,8 +56,7 @@ class Worker:
         self.sock = sock
         self.control = control
         self.upstream = Upstream(spec.id, spec.server, Path(spec.log_dir), self._catalog_changed, WorkerHooks(self))
-        self._inflight: dict[int, trio.CancelScope] = {}
-        self._deadlines: dict[int, tuple[trio.CancelScope, float]] = {}
+        self._inflight: dict[int, _Call] = {}
         self._asks: PendingReplies[int, tuple[Answer, bytes | None]] = PendingReplies()
         self._ask_ids = itertools.count(1)
         self._draining = False
@@ -175,12 +174,12 @@ class Worker:
                         if len(self._inflight) >= self._max_inflight:
                             await self._fail(msg.id, ErrorCode.BUSY, self._busy_message())
                             continue
-                        scope = trio.CancelScope()
-                        self._inflight[msg.id] = scope
-                        nursery.start_soon(self._run_request, msg, payload, scope)
+                        call = self._inflight[msg.id] = _Call(self._timeout_for(msg))
+                        nursery.start_soon(self._run_request, msg, payload, call)
                     case Cancel():
-                        if (scope := self._inflight.get(msg.id)) is not None:
-                            scope.cancel()
+                        if (call := self._inflight.get(msg.id)) is not None:
+                            call.cancelled = True
+                            call.scope.cancel()
                     case SnapshotRequest():
                         await self.sock.send_multipart(self._snapshot())
                     case Answer():
@@ -241,21 +240,31 @@ class Worker:
         failure = Failure(id=request_id, code=code, message=message, mcp_code=mcp_code)
         await self.sock.send_multipart(codec.calls.encode(failure))
 
-    async def _run_request(self, msg: Request, payload: bytes | None, scope: trio.CancelScope) -> None:
-        timeout = min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
+    def _timeout_for(self, msg: Request) -> float:
+        return min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
+
+    async def _run_request(self, msg: Request, payload: bytes | None, call: _Call) -> None:
+        timeout = call.timeout
         if msg.activity_id:
             log.debug("request %d (%s) started [request id %s]", msg.id, msg.method, msg.activity_id)
         try:
+            # One scope serves both ends of a call: the frontend's Cancel and the deadline (which
+            # progress pushes out); call.cancelled tells them apart.
+            scope = call.scope
+            scope.deadline = trio.current_time() + timeout
             with scope:
-                with trio.move_on_after(timeout) as deadline:
-                    self._deadlines[msg.id] = (deadline, timeout)
-                    result = await self.upstream.request(msg.method, payload, timeout, msg.id)
-                    await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), result))
-                    return
-                if deadline.cancelled_caught:
-                    raise WireError(ErrorCode.TIMEOUT, f"no answer from server '{self.spec.id}' within {timeout:g}s")
+                result = await self.upstream.request(msg.method, payload, timeout, msg.id)
+                frames = codec.calls.encode(Response(id=msg.id), result)
+                # The answer is the call's last act: no need to pass through the scheduler to send
+                # it, unless the frontend's pipe is full.
+                if not self.sock.send_multipart_nowait(frames):
+                    await self.sock.send_multipart(frames)
+                return
             if scope.cancelled_caught:
-                log.debug("request %d cancelled by the frontend [request id %s]", msg.id, msg.activity_id)
+                if call.cancelled:
+                    log.debug("request %d cancelled by the frontend [request id %s]", msg.id, msg.activity_id)
+                else:
+                    raise WireError(ErrorCode.TIMEOUT, f"no answer from server '{self.spec.id}' within {timeout:g}s")
         except WireError as exc:
             await self._fail(msg.id, exc.code, exc.message, exc.mcp_code)
         except Exception:  # one broken request must not take the worker down; the log has the detail
@@ -265,9 +274,19 @@ class Worker:
             await self._fail(msg.id, ErrorCode.INTERNAL, f"internal error in the worker for '{self.spec.id}'")
         finally:
             self._inflight.pop(msg.id, None)
-            self._deadlines.pop(msg.id, None)
             if self._draining and not self._inflight:
                 self._drained.set()
+
+
+class _Call:
+    """A call in flight: the scope that bounds it and the timeout its deadline is renewed by."""
+
+    __slots__ = ("cancelled", "scope", "timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self.scope = trio.CancelScope()
+        self.timeout = timeout
+        self.cancelled = False  # by the frontend's Cancel, not by the deadline
 
 
 class WorkerHooks(ClientHooks):
@@ -284,11 +303,10 @@ class WorkerHooks(ClientHooks):
                 token = _progress.decode(params).progressToken
             except (msgspec.DecodeError, msgspec.ValidationError):
                 token = None
-            if isinstance(token, int) and token in worker._inflight:
+            if isinstance(token, int) and (call := worker._inflight.get(token)) is not None:
                 request_id = token
                 # Progress is life: it pushes the call's deadline out again.
-                if (entry := worker._deadlines.get(token)) is not None:
-                    entry[0].deadline = trio.current_time() + entry[1]
+                call.scope.deadline = trio.current_time() + call.timeout
         elif method == "notifications/message":
             request_id = worker.current_call()
         await worker.sock.send_multipart(codec.calls.encode(Notify(id=request_id, method=method), params))
