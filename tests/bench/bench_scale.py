@@ -456,7 +456,10 @@ async def respawn_times(stack: Stack, server: str, tries: int) -> list[float]:
     supervisor = stack.process.pid
     for attempt in range(tries):
         await stack.wait_ready([server], timeout=120)
-        old = stack.status()[server]["pid"]
+        # A worker is RUNNING once it has lived `startsecs`; one killed before that counts as a
+        # failed start, and the next is delayed by the backoff, which is not what this measures.
+        rows = await stack.wait_status(lambda rows: rows[server]["state"] == "RUNNING", timeout=120)
+        old = rows[server]["pid"]
         others = children(supervisor) - {old}
         os.kill(old, signal.SIGKILL)
         killed = time.perf_counter()
