@@ -403,13 +403,17 @@ async def test_a_hung_worker_is_killed_and_restarted(tmp_path: Path) -> None:
         before = stack.status()["echo"]["pid"]
         os.kill(before, signal.SIGSTOP)
         try:
-            rows = await stack.wait_status(
-                lambda r: r["echo"]["pid"] not in (0, before) and r["echo"].get("upstream") == "ready", timeout=30
+            await stack.wait_status(
+                lambda r: (
+                    r["echo"]["pid"] not in (0, before)
+                    and r["echo"].get("upstream") == "ready"
+                    and r["echo"]["state"] == "RUNNING"
+                ),
+                timeout=30,
             )
         finally:
             if alive(before):
                 os.kill(before, signal.SIGKILL)
-        assert rows["echo"]["state"] == "RUNNING"
         with trio.fail_after(10):
             while alive(before):
                 await trio.sleep(0.1)

@@ -257,6 +257,10 @@ async def open_stack(
         if wait_for is None:
             wait_for = [name for name, server in servers.items() if server.get("enabled", True)]
         await stack.wait_ready(wait_for)
+        # A worker serves once its upstream is ready, and is RUNNING once it has lived `startsecs`
+        # (as in supervisord): a test starts from a stack the supervisor also sees as up.
+        if wait_for:
+            await stack.wait_status(lambda rows: all(rows.get(name, {}).get("state") == "RUNNING" for name in wait_for))
         yield stack
     finally:
         await stop_stack(stack)
