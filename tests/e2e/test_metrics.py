@@ -37,8 +37,9 @@ def value(families: dict[str, Any], family: str, sample: str, **labels: str) -> 
 
 async def test_metrics_count_the_calls_a_client_made_per_server_and_path(tmp_path: Path) -> None:
     servers = {"echo": echo_server(), "jail": echo_server("jail", quarantined=True)}
-    # Both ready first: a call to jail before its catalog is known would be refused as unknown, not blocked.
-    async with open_stack(tmp_path, servers, wait_for=["echo", "jail"]) as stack:
+    # Both ready first (open_stack's default): a call to jail before its catalog is known would be
+    # refused as unknown, not blocked.
+    async with open_stack(tmp_path, servers) as stack:
         async with stack.client("/mcp/direct") as client:
             for text in ("one", "two", "three"):
                 assert not (await client.call_tool("echo:echo", {"text": text})).is_error
