@@ -11,7 +11,6 @@ import sys
 import trio
 import zmq
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from mcpvisor.frontend.door.catalog import Catalog
 from mcpvisor.frontend.door.control import ControlClient
@@ -25,6 +24,7 @@ from mcpvisor.frontend.endpoints.auth import Authenticator
 from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.console import Console, OperatorDoor
 from mcpvisor.frontend.endpoints.http1 import coalesce_response_writes
+from mcpvisor.frontend.endpoints.http_server import Http1Server
 from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMetadata, resource_metadata_url
 from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.gate.activity import ActivityLog
@@ -185,6 +185,7 @@ async def run(
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
+    config.include_server_header = False  # the same answers on both of http_server.py's paths
     coalesce_response_writes()
     try:
         async with trio.open_nursery() as nursery:
@@ -195,7 +196,7 @@ async def run(
             # The plain stack serves the workstation (and operators when there are tenants).
             plain = await stacks.of("")
             nursery.start_soon(control_client.serve, operator.answer)
-            binds = await nursery.start(hypercorn_serve, app, config)
+            binds = await nursery.start(Http1Server(app, config, max_body=settings.max_body_bytes).serve)
             nursery.start_soon(serve_reports, control)
             log.info(
                 "serving MCP on %s (endpoints: %s%s)",

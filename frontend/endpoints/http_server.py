@@ -1,0 +1,450 @@
+"""The frontend's HTTP/1.1 listener: plain MCP POSTs read and answered here, the rest by hypercorn.
+
+Most of what clients send is a short POST to an MCP endpoint with a `Content-Length` body, and
+most answers are one JSON document. hypercorn serves each through h11's state machine, a task
+per request, a keep-alive timer task stopped and restarted around it and a send lock: about
+three quarters of the frontend's CPU for a listing page answered from cached bytes. Here such a
+request is read with one scan of its head, given to the same ASGI app with the whole body, and
+its answer written with one `send`.
+
+A connection starts here and stays here while its requests are plain; the first one that is not
+(another method, another path, chunked or `Expect` bodies, upgrades, anything malformed, a head
+or body past the limits) hands the connection, with every byte not yet served, to hypercorn,
+which serves the rest of it exactly as it serves connections it accepted itself, its errors
+included. Answers stream as hypercorn streams them: without a `content-length`, chunked, each
+part written as the app sends it. A `receive` after the body waits for the client to go away
+(`http.disconnect`), which the SDK's streamed answers listen for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import functools
+import http
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from math import inf
+from typing import Any, Final
+
+import trio
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import parse_socket_addr, repr_socket_addr
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MAX_RECV: Final = 2**16
+MAX_HEAD: Final = 16 * 1024  # h11's limit on a request's head: past it, hypercorn refuses it
+# What a request line must be to be served here; anything else is hypercorn's to serve or refuse.
+_REQUEST_LINE: Final = re.compile(rb"POST (/mcp[!$&'()*+,\-./0-9:;=?@A-Z_a-z~]*) HTTP/1\.1")
+# A header field's name and value (white space around it stripped) as RFC 9110 and h11 accept them;
+# neither pattern can backtrack, whatever a client sends.
+_NAME: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_VALUE: Final = re.compile(rb"[\x20-\x7e\x80-\xff\t]*")
+# Request headers that ask for something only hypercorn does (or refuses properly).
+_HANDED_OVER: Final = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"http2-settings"})
+_ASGI: Final = {"spec_version": "2.1", "version": "3.0"}
+_NO_BODY_STATUS: Final = frozenset({204, 304})
+_UNSAFE: Final = re.compile(rb"[\x00\r\n]")
+
+
+class _Date:
+    """The `date` header's value, formatted once a second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def __call__(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = email.utils.formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_date = _Date()
+
+
+class _Replayed(trio.abc.HalfCloseableStream):
+    """A connection whose first bytes were already read here: they come first, then the socket's."""
+
+    def __init__(self, stream: trio.SocketStream, pending: bytes) -> None:
+        self.stream = stream
+        self.socket = stream.socket  # hypercorn reads the addresses from it
+        self._pending = pending
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._pending:
+            size = len(self._pending) if max_bytes is None else max_bytes
+            data, self._pending = self._pending[:size], self._pending[size:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self.stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+class _Request:
+    """One request read here: its scope, its body, and how its answer is written back."""
+
+    __slots__ = (
+        "body",
+        "chunked",
+        "close",
+        "connection",
+        "delivered",
+        "expected",
+        "finished",
+        "gone",
+        "head_sent",
+        "headers",
+        "status",
+        "written",
+    )
+
+    def __init__(self, connection: _Connection, body: bytes, close: bool) -> None:
+        self.connection = connection
+        self.body = body
+        self.close = close  # the client asked for `Connection: close`, or the answer must end it
+        self.delivered = False
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] | None = None
+        self.head_sent = False
+        self.chunked = False
+        self.expected: int | None = None  # the answer's content-length
+        self.written = 0
+        self.finished = False
+        self.gone = False  # the client went away
+
+    async def receive(self) -> dict[str, Any]:
+        if not self.delivered:
+            self.delivered = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        if not self.gone:
+            await self.connection.wait_gone()
+        self.gone = True
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.headers is not None:
+                raise RuntimeError("the response has already started")
+            self.status = int(message["status"])
+            self.headers = [(bytes(name).lower(), bytes(value)) for name, value in message.get("headers", ())]
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        if self.headers is None:
+            raise RuntimeError("a response body was sent before the response started")
+        if self.finished or self.gone:
+            return  # as hypercorn does: once the client is gone, what the app sends is dropped
+        body = bytes(message.get("body", b""))
+        more = bool(message.get("more_body", False))
+        data = b"" if self.head_sent else self._head()
+        self.written += len(body)
+        if self.chunked:
+            if body:
+                data += b"%x\r\n%b\r\n" % (len(body), body)
+            if not more:
+                data += b"0\r\n\r\n"
+        elif self.status not in _NO_BODY_STATUS:
+            data += body
+        if self.expected is not None and self.written > self.expected:
+            self.close = True
+            raise RuntimeError("the response body is longer than its content-length")
+        self.finished = not more
+        if data:
+            await self._write(data)
+
+    def _head(self) -> bytes:
+        assert self.headers is not None
+        lines = [b"HTTP/1.1 %d %b\r\n" % (self.status, _reason(self.status))]
+        has_connection = False
+        for name, value in self.headers:
+            if _UNSAFE.search(name) or _UNSAFE.search(value) or not name:
+                raise RuntimeError("a response header holds a line break or a NUL")
+            if name == b"content-length":
+                if not value.isdigit():
+                    raise RuntimeError("the response's content-length is not a number")
+                self.expected = int(value)
+            elif name == b"connection":
+                has_connection = True
+                self.close = self.close or b"close" in value.lower()
+            elif name == b"transfer-encoding":
+                raise RuntimeError("the app set transfer-encoding itself")
+            lines.append(b"%b: %b\r\n" % (name, value))
+        if self.expected is None and self.status not in _NO_BODY_STATUS:
+            self.chunked = True
+            lines.append(b"transfer-encoding: chunked\r\n")
+        lines.append(b"date: %b\r\n" % _date())
+        if self.close and not has_connection:
+            lines.append(b"connection: close\r\n")
+        lines.append(b"\r\n")
+        self.head_sent = True  # only once it is whole: a bad header is answered with a 500 instead
+        return b"".join(lines)
+
+    async def _write(self, data: bytes) -> None:
+        try:
+            await self.connection.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.gone = True
+            self.close = True
+
+    async def fail(self) -> None:
+        """After the app failed or returned before its answer's end: a 500 if nothing was written
+        yet, and the connection ends (an answer cut short cannot be framed)."""
+        self.close = True
+        if not self.head_sent and not self.gone:
+            self.headers, self.status = [(b"content-length", b"0")], 500
+            await self.send({"type": "http.response.body", "body": b""})
+
+
+class _Connection:
+    """One client connection, served here until a request must go to hypercorn."""
+
+    def __init__(self, server: Http1Server, stream: trio.SocketStream) -> None:
+        self.server = server
+        self.stream = stream
+        self.buffer = bytearray()
+        self._watch: trio.CancelScope | None = None
+        self._watch_done: trio.Event | None = None
+        self._gone = trio.Event()
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self) -> None:
+        socket = self.stream.socket
+        try:
+            client = parse_socket_addr(socket.family, socket.getpeername())
+            local = parse_socket_addr(socket.family, socket.getsockname())
+        except OSError:
+            await self.stream.aclose()
+            return
+        handed_over = False
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    handed_over = await self._serve(client, local)  # else the client went away
+                nursery.cancel_scope.cancel()
+            if handed_over:
+                await self.server.fallback(_Replayed(self.stream, bytes(self.buffer)))
+        finally:
+            if not handed_over:
+                await self.stream.aclose()
+
+    async def _serve(self, client: Any, local: Any) -> bool:
+        """Serve plain requests until the connection ends (False) or must be handed over (True)."""
+        server = self.server
+        served = 0
+        while True:
+            if not self.buffer:
+                with trio.move_on_after(server.keep_alive_timeout):
+                    if not await self._fill():
+                        return False
+                if not self.buffer:
+                    return False  # idle past the keep-alive timeout
+            end = await self._head_end()
+            if end is None:
+                return False
+            if end < 0:
+                return True
+            parsed = _parse_head(bytes(self.buffer[: end - 4]), server.max_body)
+            if parsed is None:
+                return True
+            target, headers, length, close = parsed
+            while len(self.buffer) < end + length:
+                if not await self._fill():
+                    return False  # the client left before sending the whole body
+            body = bytes(self.buffer[end : end + length])
+            del self.buffer[: end + length]
+            path, _, query = target.partition(b"?")
+            scope: Scope = {
+                "type": "http",
+                "http_version": "1.1",
+                "asgi": _ASGI,
+                "method": "POST",
+                "scheme": "http",
+                "path": path.decode("ascii"),
+                "raw_path": path,
+                "query_string": query,
+                "root_path": "",
+                "headers": headers,
+                "client": client,
+                "server": local,
+                "state": {},
+                "extensions": {},
+            }
+            served += 1
+            # As hypercorn does: a connection ends after so many requests, the last answer says so.
+            request = _Request(self, body, close or served >= server.max_requests)
+            try:
+                await server.app(scope, request.receive, request.send)
+            except Exception:
+                log.exception("error while answering POST %s", scope["path"])
+            if not request.finished:
+                await request.fail()
+            if request.expected is not None and request.written != request.expected:
+                request.close = True
+            await self._stop_watching()
+            if request.close or request.gone:
+                return False
+
+    async def _fill(self) -> bool:
+        """Read more of the connection into the buffer; False at its end."""
+        data = await self.stream.receive_some(MAX_RECV)
+        if not data:
+            return False
+        self.buffer += data
+        return True
+
+    async def _head_end(self) -> int | None:
+        """Where the head of the next request ends; -1 for one to hand over, None at the connection's end."""
+        start = 0
+        while True:
+            end = self.buffer.find(b"\r\n\r\n", max(0, start - 3))
+            if end >= 0:
+                plain = end <= MAX_HEAD and self.buffer.find(b"\n\n", 0, end) < 0
+                return end + 4 if plain else -1
+            if len(self.buffer) > MAX_HEAD or self.buffer.find(b"\n\n") >= 0:
+                return -1  # too long, or lines ended by a bare LF: hypercorn answers it
+            start = len(self.buffer)
+            if not await self._fill():
+                return None
+
+    async def wait_gone(self) -> None:
+        """Until the client closes the connection (read from it meanwhile: pipelined requests are kept)."""
+        if self._watch is None and not self._gone.is_set():
+            assert self._nursery is not None
+            self._watch = trio.CancelScope()
+            self._watch_done = trio.Event()
+            self._nursery.start_soon(self._watching, self._watch, self._watch_done)
+        await self._gone.wait()
+
+    async def _watching(self, scope: trio.CancelScope, done: trio.Event) -> None:
+        try:
+            with scope:
+                while len(self.buffer) <= MAX_HEAD + self.server.max_body:
+                    if not await self._fill():
+                        break
+                else:
+                    await trio.sleep_forever()  # enough is buffered; the request ends the wait
+                self._gone.set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._gone.set()
+        finally:
+            done.set()
+
+    async def _stop_watching(self) -> None:
+        if self._watch is not None and self._watch_done is not None:
+            self._watch.cancel()
+            await self._watch_done.wait()
+            self._watch = self._watch_done = None
+
+
+def _parse_head(head: bytes, max_body: int) -> tuple[bytes, list[tuple[bytes, bytes]], int, bool] | None:
+    """(target, headers, body length, close after) of a plain request, or None for one to hand over."""
+    lines = head.split(b"\r\n")
+    match = _REQUEST_LINE.fullmatch(lines[0])
+    if match is None:
+        return None
+    headers: list[tuple[bytes, bytes]] = []
+    length: int | None = None
+    close = False
+    has_host = False
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        value = value.strip(b" \t")
+        if not colon or _NAME.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
+            return None  # obsolete line folding among them
+        name = name.lower()
+        if name in _HANDED_OVER:
+            return None
+        if name == b"content-length":
+            if length is not None or not value.isdigit() or int(value) > max_body:
+                return None
+            length = int(value)
+        elif name == b"host":
+            has_host = True
+        elif name == b"connection":
+            tokens = {token.strip().lower() for token in value.split(b",")}
+            if b"upgrade" in tokens:
+                return None
+            close = b"close" in tokens
+        headers.append((name, value))
+    if length is None or not has_host:
+        return None
+    return match[1], headers, length, close
+
+
+@functools.lru_cache(maxsize=64)
+def _reason(status: int) -> bytes:
+    try:
+        return http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+class Http1Server:
+    """Serves `app` on `config`'s binds: plain requests here, every other connection by hypercorn."""
+
+    def __init__(self, app: ASGIApp, config: Config, *, max_body: int) -> None:
+        self.app = app
+        self.config = config
+        self.max_body = max_body
+        self.keep_alive_timeout = config.keep_alive_timeout or inf
+        self.max_requests = config.keep_alive_max_requests
+        self._context = WorkerContext(None)
+        self._wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
+        self._state = ConnectionState({})
+
+    async def fallback(self, stream: trio.abc.Stream) -> None:
+        """hypercorn's own HTTP/1.1 (and h2c) connection, from the bytes `stream` still holds."""
+        await TCPServer(self._wrapped, self.config, self._context, self._state, stream)  # type: ignore[arg-type]
+
+    async def serve(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on the config's binds and serve until cancelled; started() with the bound URLs."""
+        sockets = self.config.create_sockets()
+        listeners = []
+        binds = []
+        for sock in sockets.insecure_sockets:
+            sock.listen(self.config.backlog)
+            listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+            binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+        if sockets.secure_sockets or sockets.quic_sockets:
+            raise ValueError("the frontend serves plain HTTP; TLS is for the proxy in front of it")
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(trio.serve_listeners, self._connection, listeners)
+                task_status.started(binds)
+        finally:
+            await self._context.terminated.set()
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        try:
+            await _Connection(self, stream).run()
+        except Exception:
+            # One connection's failure must not end the listener (trio.serve_listeners would).
+            log.exception("a client connection failed")

@@ -1,0 +1,315 @@
+"""The frontend's HTTP/1.1 listener against raw sockets: plain MCP POSTs answered on its own path,
+every other request (and the rest of its connection) by hypercorn, and nothing a client sends
+stops the listener. Answers are parsed with h11, as a strict client would."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import h11
+import pytest
+import trio
+from hypercorn.config import Config
+
+from mcpvisor.frontend.endpoints.http_server import MAX_HEAD, Http1Server
+
+MAX_BODY = 4096
+
+
+class Recorder:
+    """An ASGI app answering with what it saw, and the ways it can answer (by path)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+        self.disconnected = trio.Event()
+        self.streaming = trio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.seen.append({"method": scope["method"], "path": scope["path"], "body": body, "scope": scope})
+        if scope["path"] == "/mcp/fail":
+            raise RuntimeError("the app failed")
+        if scope["path"] == "/mcp/bad-header":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"x-bad", b"a\r\nset-cookie: x")]})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        if scope["path"] == "/mcp/stream":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            for part in (b"one ", b"", b"two ", b"three"):
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["path"] == "/mcp/hold":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"first", "more_body": True})
+            self.streaming.set()
+            assert (await receive())["type"] == "http.disconnect"
+            self.disconnected.set()
+            return
+        answer = json.dumps({"method": scope["method"], "path": scope["path"], "size": len(body)}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+
+class Listener(Http1Server):
+    """The listener, counting the connections it hands over to hypercorn."""
+
+    handed_over = 0
+
+    async def fallback(self, stream: trio.abc.Stream) -> None:
+        self.handed_over += 1
+        await super().fallback(stream)
+
+
+@asynccontextmanager
+async def listening(app: Recorder, max_requests: int = 1000) -> AsyncIterator[tuple[Listener, int]]:
+    config = Config()
+    config.keep_alive_max_requests = max_requests
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.include_server_header = False
+    server = Listener(app, config, max_body=MAX_BODY)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(server.serve)
+        yield server, int(binds[0].rsplit(":", 1)[1])
+        nursery.cancel_scope.cancel()
+
+
+def post(path: str, body: bytes = b"{}", *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+class Client:
+    """One connection, its answers read with h11."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.parser = h11.Connection(our_role=h11.CLIENT)
+        self.unanswered = 0
+
+    async def send(self, data: bytes, requests: int = 1) -> None:
+        self.unanswered += requests
+        await self.stream.send_all(data)
+
+    async def answer(self) -> tuple[h11.Response, bytes]:
+        # h11 parses an answer once told its request was sent, one request at a time.
+        assert self.unanswered > 0 and self.parser.our_state is h11.IDLE
+        self.unanswered -= 1
+        self.parser.send(h11.Request(method="POST", target="/", headers=[("host", "x"), ("content-length", "0")]))
+        self.parser.send(h11.EndOfMessage())
+        response: h11.Response | None = None
+        body = b""
+        with trio.fail_after(10):
+            while True:
+                event = self.parser.next_event()
+                if event is h11.NEED_DATA:
+                    self.parser.receive_data(await self.stream.receive_some(65536))
+                elif isinstance(event, h11.Response):
+                    response = event
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    assert response is not None
+                    if self.parser.our_state is h11.DONE and self.parser.their_state is h11.DONE:
+                        self.parser.start_next_cycle()
+                    return response, body
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise EOFError("the server closed the connection")
+
+    async def closed(self) -> bool:
+        with trio.fail_after(10):
+            return await self.stream.receive_some(65536) == b""
+
+
+@asynccontextmanager
+async def connect(port: int) -> AsyncIterator[Client]:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        yield Client(stream)
+
+
+def header(response: h11.Response, name: bytes) -> bytes | None:
+    return next((value for key, value in response.headers if key == name), None)
+
+
+async def test_plain_posts_are_answered_here_on_one_kept_alive_connection() -> None:
+    app = Recorder()
+    async with listening(app) as (server, port), connect(port) as client:
+        for size in (2, 300):
+            await client.send(post("/mcp/direct", b"x" * size))
+            response, body = await client.answer()
+            assert response.status_code == 200 and header(response, b"date") is not None
+            assert json.loads(body) == {"method": "POST", "path": "/mcp/direct", "size": size}
+        # Two requests in one write come back in order.
+        await client.send(post("/mcp/a", b"1") + post("/mcp/b?x=1", b"22"), requests=2)
+        assert json.loads((await client.answer())[1])["path"] == "/mcp/a"
+        assert json.loads((await client.answer())[1])["path"] == "/mcp/b"
+        assert app.seen[-1]["scope"]["query_string"] == b"x=1"
+        assert app.seen[-1]["scope"]["client"][0] == "127.0.0.1"
+    assert server.handed_over == 0
+    assert [seen["body"] for seen in app.seen] == [b"x" * 2, b"x" * 300, b"1", b"22"]
+
+
+async def test_a_request_not_plain_hands_the_rest_of_the_connection_to_hypercorn() -> None:
+    app = Recorder()
+    async with listening(app) as (server, port), connect(port) as client:
+        await client.send(post("/mcp/direct", b"{}"))
+        assert (await client.answer())[0].status_code == 200
+        chunked = (
+            b"POST /mcp/direct HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+        )
+        await client.send(chunked + post("/mcp/after", b"xyz"), requests=2)
+        assert json.loads((await client.answer())[1]) == {"method": "POST", "path": "/mcp/direct", "size": 5}
+        assert json.loads((await client.answer())[1])["path"] == "/mcp/after"
+        await client.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert json.loads((await client.answer())[1]) == {"method": "GET", "path": "/healthz", "size": 0}
+    assert server.handed_over == 1
+    assert [seen["body"] for seen in app.seen] == [b"{}", b"abcde", b"xyz", b""]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /mcp HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /other HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /mcp%2Fdirect HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1) + b"x" * (MAX_BODY + 1),
+    ],
+    ids=["get", "other-path", "percent", "http-1.0", "expect", "two-lengths", "over-max-body"],
+)
+async def test_requests_only_hypercorn_serves_are_handed_over_whole(request_bytes: bytes) -> None:
+    app = Recorder()
+    async with listening(app) as (server, port), connect(port) as client:
+        await client.send(request_bytes)
+        response, _ = await client.answer()
+    assert server.handed_over == 1
+    # hypercorn answers them as it would have without this listener: the app, or its own refusal.
+    assert response.status_code in (200, 400) and len(app.seen) == (1 if response.status_code == 200 else 0)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "refused"),
+    [
+        (b"POST /mcp HTTP/1.1\r\nHost : x\r\nContent-Length: 2\r\n\r\n{}", True),
+        (b"POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", True),
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: -2\r\n\r\n{}", True),
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nBad: a\x00b\r\nContent-Length: 2\r\n\r\n{}", True),
+        # h11 reads these leniently; they are still not plain enough to be read here.
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n Folded: yes\r\nContent-Length: 2\r\n\r\n{}", False),
+        (b"POST /mcp HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}", False),
+        # A value that would make a backtracking pattern take minutes.
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: a" + b" " * 15000 + b"\x01\r\nContent-Length: 2\r\n\r\n{}", False),
+        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: " + b"a" * MAX_HEAD + b"\r\nContent-Length: 2\r\n\r\n{}", False),
+    ],
+    ids=["space-before-colon", "no-host", "negative-length", "nul", "folded", "bare-lf", "spaces", "head-too-long"],
+)
+async def test_malformed_requests_are_hypercorns_to_answer_and_the_listener_lives(
+    request_bytes: bytes, refused: bool
+) -> None:
+    app = Recorder()
+    async with listening(app) as (server, port):
+        async with connect(port) as client:
+            await client.stream.send_all(request_bytes)
+            with trio.fail_after(10):
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    data = await client.stream.receive_some(65536)
+                    if not data:
+                        break
+                    answer += data
+        assert server.handed_over == 1
+        status = answer.split(b"\r\n", 1)[0]
+        if refused:
+            assert app.seen == [] and status.startswith(b"HTTP/1.1 4")
+        else:
+            assert status.startswith((b"HTTP/1.1 200", b"HTTP/1.1 4"))
+        async with connect(port) as client:
+            await client.send(post("/mcp", b"{}"))
+            assert (await client.answer())[0].status_code == 200
+
+
+async def test_a_streamed_answer_is_chunked_and_the_connection_kept() -> None:
+    app = Recorder()
+    async with listening(app) as (server, port), connect(port) as client:
+        await client.send(post("/mcp/stream"))
+        response, body = await client.answer()
+        assert body == b"one two three" and header(response, b"transfer-encoding") == b"chunked"
+        await client.send(post("/mcp/after"))
+        assert (await client.answer())[0].status_code == 200
+    assert server.handed_over == 0
+
+
+async def test_a_client_leaving_mid_stream_is_told_to_the_app() -> None:
+    app = Recorder()
+    async with listening(app) as (server, port):
+        async with connect(port) as client:
+            await client.send(post("/mcp/hold"))
+            with trio.fail_after(10):
+                await app.streaming.wait()
+        with trio.fail_after(10):
+            await app.disconnected.wait()
+        # The listener goes on serving.
+        async with connect(port) as client:
+            await client.send(post("/mcp/next"))
+            assert (await client.answer())[0].status_code == 200
+    assert server.handed_over == 0
+
+
+@pytest.mark.parametrize("path", ["/mcp/fail", "/mcp/bad-header"])
+async def test_a_failing_app_gets_a_500_and_the_connection_ends(path: str) -> None:
+    app = Recorder()
+    async with listening(app) as (_, port):
+        async with connect(port) as client:
+            await client.send(post(path))
+            response, body = await client.answer()
+            assert response.status_code == 500 and body == b""
+            assert header(response, b"connection") == b"close"
+            assert await client.closed()
+        async with connect(port) as client:
+            await client.send(post("/mcp/next"))
+            assert (await client.answer())[0].status_code == 200
+
+
+async def test_connection_close_is_honoured() -> None:
+    app = Recorder()
+    async with listening(app) as (_, port), connect(port) as client:
+        await client.send(post("/mcp/direct", b"{}", "Connection: close"))
+        response, _ = await client.answer()
+        assert response.status_code == 200 and header(response, b"connection") == b"close"
+        assert await client.closed()
+
+
+async def test_a_connection_ends_after_the_configured_number_of_requests() -> None:
+    app = Recorder()
+    async with listening(app, max_requests=3) as (_, port), connect(port) as client:
+        for _ in range(2):
+            await client.send(post("/mcp/direct"))
+            assert header((await client.answer())[0], b"connection") is None
+        await client.send(post("/mcp/direct"))
+        assert header((await client.answer())[0], b"connection") == b"close"
+        assert await client.closed()
+
+
+async def test_a_client_leaving_mid_body_reaches_no_app() -> None:
+    app = Recorder()
+    async with listening(app) as (server, port):
+        async with connect(port) as client:
+            await client.stream.send_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        async with connect(port) as client:
+            await client.send(post("/mcp/next"))
+            assert (await client.answer())[0].status_code == 200
+    assert [seen["path"] for seen in app.seen] == ["/mcp/next"] and server.handed_over == 0
