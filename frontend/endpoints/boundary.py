@@ -29,6 +29,7 @@ from mcpvisor.frontend.endpoints.auth import (
     InvalidToken,
     bearer_token,
 )
+from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
 from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_uid
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ MAX_DEPTH: Final = 64
 PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 BODY_KEY: Final = "mcpvisor.body"  # the JSON body the boundary read, for the tenant limits
+_PEER_UID: Final = "peer_uid"
 
 
 class Boundary:
@@ -91,11 +93,19 @@ class Boundary:
         client, server = scope.get("client"), scope.get("server")
         if not client or not server:
             return f"{unknown}."
-        try:
-            uid = peer_uid((client[0], int(client[1])), (server[0], int(server[1])))
-        except PeerUnknown as exc:
-            log.warning("refused a connection from %s:%s: %s", client[0], client[1], exc)
-            return f"{unknown}: {exc}."
+        # A connection's owner cannot change: asked once per connection where the listener keeps
+        # its facts (http_server.py), else for every request. Never across connections: a port is
+        # reused by the next one, possibly another user's.
+        facts = scope.get(CONNECTION_KEY)
+        uid = facts.get(_PEER_UID) if facts is not None else None
+        if uid is None:
+            try:
+                uid = peer_uid((client[0], int(client[1])), (server[0], int(server[1])))
+            except PeerUnknown as exc:
+                log.warning("refused a connection from %s:%s: %s", client[0], client[1], exc)
+                return f"{unknown}: {exc}."
+            if facts is not None:
+                facts[_PEER_UID] = uid
         if uid in self._allowed_uids:
             return None
         log.info("refused a connection from local uid %d", uid)

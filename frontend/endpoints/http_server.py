@@ -55,6 +55,9 @@ _VALUE: Final = re.compile(rb"[\x20-\x7e\x80-\xff\t]*")
 # Request headers that ask for something only hypercorn does (or refuses properly).
 _HANDED_OVER: Final = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"http2-settings"})
 _ASGI: Final = {"spec_version": "2.1", "version": "3.0"}
+# A dict in the scope of every request read here, the same for all requests of one connection: what
+# holds for the whole connection (its peer's uid) is found out once (frontend/endpoints/boundary.py).
+CONNECTION_KEY: Final = "mcpvisor.connection"
 _NO_BODY_STATUS: Final = frozenset({204, 304})
 _UNSAFE: Final = re.compile(rb"[\x00\r\n]")
 
@@ -259,6 +262,7 @@ class _Connection:
         """Serve plain requests until the connection ends (False) or must be handed over (True)."""
         server = self.server
         served = 0
+        facts: dict[str, Any] = {}
         while True:
             if not self.buffer:
                 with trio.move_on_after(server.keep_alive_timeout):
@@ -296,6 +300,7 @@ class _Connection:
                 "server": local,
                 "state": {},
                 "extensions": {},
+                CONNECTION_KEY: facts,
             }
             served += 1
             # As hypercorn does: a connection ends after so many requests, the last answer says so.

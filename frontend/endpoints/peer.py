@@ -1,12 +1,13 @@
-"""Which local user opened a loopback TCP connection, asked of the kernel for every request.
+"""Which local user opened a loopback TCP connection, asked of the kernel once per connection.
 
 On a loopback listener with no tokens, mcpvisor serves only the user running it (and root). The
 peer's uid is the owner of the client's end of the connection: the socket whose local address is
 the client's address and port and whose remote address is ours. The kernel is asked by that exact
 address pair over sock_diag netlink (a hash lookup); where that is not available, its socket
 table in `/proc/net/tcp` and `tcp6` is read instead (a walk of every socket on the host, tens of
-milliseconds on a big one). No answer is cached: a port is reused by the next connection, possibly
-another user's. Only the parsing of addresses is (the same few, on every request).
+milliseconds on a big one). No answer is cached here: a port is reused by the next connection,
+possibly another user's. The boundary keeps it for the connection it belongs to, where the
+listener keeps that connection's facts. Only the parsing of addresses is cached (the same few).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from mcpvisor.frontend.endpoints import boundary
 from mcpvisor.frontend.endpoints.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
+from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
 from mcpvisor.frontend.endpoints.peer import PeerUnknown, peer_uid
 from mcpvisor.supervisor import configstore
 from mcpvisor.wire import logs
@@ -219,3 +221,37 @@ def test_files_an_earlier_version_left_open_to_others_are_narrowed(tmp_path: Pat
     open_state_db(str(data)).close()
     assert _mode(data / "logs" / "x.log") == 0o600
     assert _mode(data / "state.sqlite") == 0o600
+
+
+async def test_the_boundary_asks_who_is_connecting_once_per_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, int]] = []
+
+    def owner(client: tuple[str, int], server: tuple[str, int]) -> int:
+        asked.append(client)
+        return os.getuid() if client[1] != 2 else 65534
+
+    monkeypatch.setattr(boundary, "peer_uid", owner)
+    gate = boundary.Boundary(local_users_only=True, max_body=1024)
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    def scope(port: int, facts: dict[str, object] | None) -> dict[str, object]:
+        request = {"method": "GET", "path": "/healthz", "headers": [], "client": ("127.0.0.1", port)}
+        request["server"] = ("127.0.0.1", 80)
+        if facts is not None:
+            request[CONNECTION_KEY] = facts
+        return request
+
+    first, second = {}, {}
+    for facts, port in ((first, 1), (first, 1), (second, 2), (second, 2), (None, 1), (None, 1)):
+        admitted = await gate(scope(port, facts), receive, send)
+        assert (admitted is None) == (port == 2)
+    # Once for each listener connection (the second one another user's, refused twice), then on
+    # every request where the listener keeps no facts (hypercorn's connections).
+    assert asked == [("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 1), ("127.0.0.1", 1)]
+    assert [message["status"] for message in sent if "status" in message] == [403, 403]
