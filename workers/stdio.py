@@ -13,6 +13,7 @@ import errno
 import itertools
 import logging
 import os
+import select
 import shutil
 import signal
 import sys
@@ -36,6 +37,8 @@ _MAX_LINE = 64 * 1024 * 1024  # an upstream that never ends a line must not eat 
 _STDIN_GRACE = 2.0
 _TERM_GRACE = 2.0
 _STDERR_DRAIN = 1.0
+# A pipe takes a write of at most this many bytes whole or not at all: such a line needs no lock.
+_ATOMIC_WRITE = select.PIPE_BUF
 
 # Inherited by default, as the SDK's stdio client does: enough to find and run programs.
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ")
@@ -87,6 +90,10 @@ class RawError(Exception):
         self.message = message
 
 
+# Takes a pass-through request's outcome, from the task that reads the upstream's stdout.
+OutcomeHandler = Callable[[bytes | RawError], None]
+
+
 class StdioChannel:
     """The pipes to one upstream, shared by the SDK session and the pass-through path.
 
@@ -99,9 +106,24 @@ class StdioChannel:
         self.process = process
         self._write_lock = trio.Lock()
         self._ids = itertools.count(1)
-        self._pending: dict[str, tuple[trio.Event, list[bytes | RawError]]] = {}
+        self._pending: dict[str, OutcomeHandler] = {}
         self.closed = False
         self.on_notification: NotificationHandler | None = None
+        self.nursery: trio.Nursery | None = None  # for the writes that cannot be done at once
+
+    def try_write(self, data: bytes) -> bool:
+        """Write a short line now if no other write is under way and the pipe has room for it.
+
+        A pipe takes a write of at most PIPE_BUF bytes whole or not at all, so False leaves
+        nothing behind: the caller can still send the line by `write_line`, which reports errors.
+        """
+        if len(data) > _ATOMIC_WRITE or self._write_lock.locked() or self.process.stdin is None:
+            return False
+        try:
+            os.write(self.process.stdin.fileno(), data)
+        except OSError:
+            return False
+        return True
 
     async def write_line(self, data: bytes) -> None:
         """Write one whole line; lines from concurrent writers never interleave.
@@ -139,50 +161,88 @@ class StdioChannel:
         if self.closed:
             raise trio.BrokenResourceError("the upstream's stdout is closed")
         request_id = f"{_RAW_ID_PREFIX}{next(self._ids)}"
-        done, slot = self._pending[request_id] = (trio.Event(), [])
-        line = b'{"jsonrpc":"2.0","id":"' + request_id.encode() + b'","method":' + msgspec.json.encode(method)
-        line += (b',"params":' + params if params else b"") + b"}\n"
+        done = trio.Event()
+        slot: list[bytes | RawError] = []
+
+        def deliver(outcome: bytes | RawError) -> None:
+            slot.append(outcome)
+            done.set()
+
+        self._pending[request_id] = deliver
         try:
-            await self.write_line(line)
+            await self.write_line(_request_line(request_id, method, params))
             await done.wait()
         except trio.Cancelled:
             if not done.is_set():
-                note = {
-                    "jsonrpc": "2.0",
-                    "method": "notifications/cancelled",
-                    "params": {"requestId": request_id},
-                }
                 with trio.CancelScope(shield=True), contextlib.suppress(trio.BrokenResourceError, OSError):
-                    await self.write_line(msgspec.json.encode(note) + b"\n")
+                    await self.write_line(_cancel_note(request_id))
             raise
         finally:
-            del self._pending[request_id]
+            self._pending.pop(request_id, None)
         outcome = slot[0]
         if isinstance(outcome, RawError):
             raise outcome
         return outcome
 
+    def send_request(self, method: str, params: bytes | None, on_outcome: OutcomeHandler) -> str | None:
+        """Start a request without a task to wait for it: its outcome goes to `on_outcome`.
+
+        The line is written only if `try_write` can do it at once; None means nothing was sent
+        and the caller should use `request`. Otherwise the id is returned, for `abandon`.
+        `on_outcome` runs in the task that reads stdout (or the one that closes the channel), so
+        it must not block.
+        """
+        if self.closed:
+            return None
+        request_id = f"{_RAW_ID_PREFIX}{next(self._ids)}"
+        if not self.try_write(_request_line(request_id, method, params)):
+            return None
+        self._pending[request_id] = on_outcome
+        return request_id
+
+    def abandon(self, request_id: str) -> None:
+        """Give up on a request started by `send_request`, telling the upstream, as `request` does
+        when cancelled; an answer that comes later is dropped."""
+        if self._pending.pop(request_id, None) is None:
+            return  # answered already
+        note = _cancel_note(request_id)
+        if self.closed or self.try_write(note) or self.nursery is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the nursery is closing: so is the channel
+            self.nursery.start_soon(self._write_quietly, note)
+
+    async def _write_quietly(self, data: bytes) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await self.write_line(data)
+
     def take_reply(self, envelope: _Envelope) -> bool:
         """Deliver a pass-through reply; False when the message is the session's."""
         if not (isinstance(envelope.id, str) and envelope.id.startswith(_RAW_ID_PREFIX)) or envelope.method:
             return False
-        pending = self._pending.get(envelope.id)
-        if pending is not None:
-            done, slot = pending
+        deliver = self._pending.pop(envelope.id, None)
+        if deliver is not None:
             if envelope.error is not None:
-                slot.append(RawError(int(envelope.error.get("code", -32603)), str(envelope.error.get("message", ""))))
+                deliver(RawError(int(envelope.error.get("code", -32603)), str(envelope.error.get("message", ""))))
             else:
-                slot.append(bytes(envelope.result) if len(envelope.result) else b"{}")
-            done.set()
+                deliver(bytes(envelope.result) if len(envelope.result) else b"{}")
         return True
 
     def close(self) -> None:
         """The upstream went away: fail every pass-through request in flight."""
         self.closed = True
-        for done, slot in self._pending.values():
-            if not done.is_set():
-                slot.append(RawError(-32000, "the upstream closed the connection"))
-                done.set()
+        pending, self._pending = self._pending, {}
+        for deliver in pending.values():
+            deliver(RawError(-32000, "the upstream closed the connection"))
+
+
+def _request_line(request_id: str, method: str, params: bytes | None) -> bytes:
+    line = b'{"jsonrpc":"2.0","id":"' + request_id.encode() + b'","method":' + msgspec.json.encode(method)
+    return line + (b',"params":' + params if params else b"") + b"}\n"
+
+
+def _cancel_note(request_id: str) -> bytes:
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
+    return msgspec.json.encode(note) + b"\n"
 
 
 @asynccontextmanager
@@ -281,6 +341,7 @@ async def open_stdio_upstream(
                     return
 
     async with trio.open_nursery() as nursery:
+        channel.nursery = nursery
         nursery.start_soon(read_stdout)
         nursery.start_soon(write_stdin)
         assert process.output is not None

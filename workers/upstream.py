@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -541,16 +542,38 @@ class Upstream:
             return await self._request_raw(channel, method, params)
         return await self._request_via_session(session, method, params, timeout, request_id)
 
+    def start_raw(
+        self, method: str, params: bytes | None, on_outcome: Callable[[bytes | WireError], None]
+    ) -> Callable[[], None] | None:
+        """Start a pass-through request on a ready stdio upstream with no task waiting for it.
+
+        Its outcome, the JSON result or the WireError `request` would raise, goes to `on_outcome`
+        from the task that reads the upstream. Returns the function that abandons the request (for
+        a cancel or a timeout), or None when it was not started this way: then use `request`.
+        """
+        channel = self._channel
+        if channel is None or method not in PASS_THROUGH or self.session is None:
+            return None
+        if self.state is not UpstreamState.READY:
+            return None
+
+        def deliver(outcome: bytes | RawError) -> None:
+            on_outcome(outcome if isinstance(outcome, bytes) else self._raw_failure(channel, outcome))
+
+        request_id = channel.send_request(method, params, deliver)
+        return None if request_id is None else functools.partial(channel.abandon, request_id)
+
+    def _raw_failure(self, channel: StdioChannel, exc: RawError) -> WireError:
+        if exc.code == CONNECTION_CLOSED and channel.closed:
+            self.mark_lost("the upstream closed the connection")
+            return WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call")
+        return WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code)
+
     async def _request_raw(self, channel: StdioChannel, method: str, params: bytes | None) -> bytes:
         try:
             return await channel.request(method, params)
         except RawError as exc:
-            if exc.code == CONNECTION_CLOSED and channel.closed:
-                self.mark_lost("the upstream closed the connection")
-                raise WireError(
-                    ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call"
-                ) from None
-            raise WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code) from None
+            raise self._raw_failure(channel, exc) from None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.mark_lost("the upstream closed the connection")
             raise WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection") from None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import math
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,9 @@ class Worker:
         self._draining = False
         self._drained = trio.Event()
         self._changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        # Wakes _serve_deadlines no later than the soonest deadline of a call without a task.
+        self._deadlines = trio.CancelScope()
         self._max_inflight = spec.server.policy.max_inflight
         self._call_timeout = spec.server.policy.call_timeout or spec.call_timeout
         auth = self.upstream.auth
@@ -105,6 +110,8 @@ class Worker:
     async def serve(self) -> None:
         """Run until cancelled; raises StartupFailed when the upstream cannot be started."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._serve_deadlines)
             nursery.start_soon(self._serve_upstream, nursery)
             nursery.start_soon(self.upstream.serve_rediscovery)
             nursery.start_soon(self._serve_announcements)
@@ -174,12 +181,17 @@ class Worker:
                         if len(self._inflight) >= self._max_inflight:
                             await self._fail(msg.id, ErrorCode.BUSY, self._busy_message())
                             continue
-                        call = self._inflight[msg.id] = _Call(self._timeout_for(msg))
-                        nursery.start_soon(self._run_request, msg, payload, call)
+                        if not self._start_direct(msg, payload):
+                            call = self._inflight[msg.id] = _Call(self._timeout_for(msg), msg.activity_id)
+                            nursery.start_soon(self._run_request, msg, payload, call)
                     case Cancel():
                         if (call := self._inflight.get(msg.id)) is not None:
                             call.cancelled = True
-                            call.scope.cancel()
+                            if call.scope is not None:
+                                call.scope.cancel()
+                            else:
+                                self._end_direct(msg.id, call)
+                                log.debug("request %d cancelled by the frontend [request id %s]", msg.id, call.activity)
                     case SnapshotRequest():
                         await self.sock.send_multipart(self._snapshot())
                     case Answer():
@@ -243,6 +255,88 @@ class Worker:
     def _timeout_for(self, msg: Request) -> float:
         return min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
 
+    # -- calls without a task: pass-through requests on a stdio upstream ---------------------------
+
+    def _start_direct(self, msg: Request, payload: bytes | None) -> bool:
+        """Start a pass-through call on a stdio upstream with no task of its own; False if it cannot be.
+
+        Such a call is a line written now and an entry in _inflight: the reader of the upstream's
+        stdout sends its answer, a Cancel or _serve_deadlines ends it. This spares a task, its
+        cancel scope and the scheduler turns that waking it costs; a call that cannot be written
+        at once (a long line, a full pipe) or is not a pass-through goes by _run_request instead.
+        """
+        request_id = msg.id
+        call = _Call(self._timeout_for(msg), msg.activity_id, direct=True)
+
+        def finish(outcome: bytes | WireError) -> None:
+            if self._inflight.get(request_id) is not call:
+                return
+            self._end(request_id)
+            if isinstance(outcome, WireError):
+                message = Failure(id=request_id, code=outcome.code, message=outcome.message, mcp_code=outcome.mcp_code)
+                self._send_soon(codec.calls.encode(message))
+            else:
+                self._send_soon(codec.calls.encode(Response(id=request_id), outcome))
+
+        abandon = self.upstream.start_raw(msg.method, payload, finish)
+        if abandon is None:
+            return False
+        self._inflight[request_id] = call  # nothing ran since the write: finish cannot have come yet
+        call.abandon = abandon
+        call.deadline = trio.current_time() + call.timeout
+        if call.deadline < self._deadlines.deadline:
+            self._deadlines.deadline = call.deadline
+        if msg.activity_id:
+            log.debug("request %d (%s) started [request id %s]", msg.id, msg.method, msg.activity_id)
+        return True
+
+    def _end(self, request_id: int) -> None:
+        self._inflight.pop(request_id, None)
+        if self._draining and not self._inflight:
+            self._drained.set()
+
+    def _end_direct(self, request_id: int, call: _Call) -> None:
+        """End a call without a task before its answer: the upstream is told, any answer dropped."""
+        self._end(request_id)
+        if call.abandon is not None:
+            call.abandon()
+
+    def _send_soon(self, frames: list[bytes]) -> None:
+        """Send now, or from a task of its own when the frontend's pipe is full; never raises."""
+        try:
+            if self.sock.send_multipart_nowait(frames):
+                return
+        except (trio.ClosedResourceError, zmq.ZMQError):
+            return  # the worker is closing: nobody is left to tell
+        if self._nursery is not None:
+            with contextlib.suppress(RuntimeError):  # the nursery is closing, as above
+                self._nursery.start_soon(self._send_later, frames)
+
+    async def _send_later(self, frames: list[bytes]) -> None:
+        with contextlib.suppress(trio.ClosedResourceError):
+            await self.sock.send_multipart(frames)
+
+    async def _serve_deadlines(self) -> None:
+        """Time out the calls without a task once they reach their deadline, which progress renews."""
+        while True:
+            with self._deadlines:
+                await trio.sleep_forever()
+            self._deadlines = trio.CancelScope()
+            now = trio.current_time()
+            soonest = math.inf
+            for request_id, call in list(self._inflight.items()):
+                if call.abandon is None:
+                    continue
+                if call.deadline > now:
+                    soonest = min(soonest, call.deadline)
+                    continue
+                self._end_direct(request_id, call)
+                message = f"no answer from server '{self.spec.id}' within {call.timeout:g}s"
+                self._send_soon(codec.calls.encode(Failure(id=request_id, code=ErrorCode.TIMEOUT, message=message)))
+            self._deadlines.deadline = soonest
+
+    # -- calls with a task -----------------------------------------------------------------------
+
     async def _run_request(self, msg: Request, payload: bytes | None, call: _Call) -> None:
         timeout = call.timeout
         if msg.activity_id:
@@ -251,6 +345,7 @@ class Worker:
             # One scope serves both ends of a call: the frontend's Cancel and the deadline (which
             # progress pushes out); call.cancelled tells them apart.
             scope = call.scope
+            assert scope is not None
             scope.deadline = trio.current_time() + timeout
             with scope:
                 result = await self.upstream.request(msg.method, payload, timeout, msg.id)
@@ -279,14 +374,21 @@ class Worker:
 
 
 class _Call:
-    """A call in flight: the scope that bounds it and the timeout its deadline is renewed by."""
+    """A call in flight and the timeout its deadline is renewed by.
 
-    __slots__ = ("cancelled", "scope", "timeout")
+    A call with a task has the scope that bounds it; one without (see Worker._start_direct) has
+    its deadline and the function that abandons it upstream.
+    """
 
-    def __init__(self, timeout: float) -> None:
-        self.scope = trio.CancelScope()
+    __slots__ = ("abandon", "activity", "cancelled", "deadline", "scope", "timeout")
+
+    def __init__(self, timeout: float, activity: str, *, direct: bool = False) -> None:
+        self.scope = None if direct else trio.CancelScope()
         self.timeout = timeout
+        self.activity = activity
         self.cancelled = False  # by the frontend's Cancel, not by the deadline
+        self.deadline = math.inf
+        self.abandon: Callable[[], None] | None = None
 
 
 class WorkerHooks(ClientHooks):
@@ -306,7 +408,10 @@ class WorkerHooks(ClientHooks):
             if isinstance(token, int) and (call := worker._inflight.get(token)) is not None:
                 request_id = token
                 # Progress is life: it pushes the call's deadline out again.
-                call.scope.deadline = trio.current_time() + call.timeout
+                if call.scope is not None:
+                    call.scope.deadline = trio.current_time() + call.timeout
+                else:
+                    call.deadline = trio.current_time() + call.timeout  # _serve_deadlines reads it
         elif method == "notifications/message":
             request_id = worker.current_call()
         await worker.sock.send_multipart(codec.calls.encode(Notify(id=request_id, method=method), params))

@@ -33,3 +33,23 @@ async def test_progress_keeps_a_call_alive_past_its_timeout_and_silence_ends_it(
                 assert "no answer from server 'echo' within 1.5s" in str(exc)
             else:
                 raise AssertionError("a silent call outlived its timeout")
+
+
+async def test_calls_short_and_too_long_for_one_pipe_write_each_get_their_own_answer(tmp_path: Path) -> None:
+    # A short call goes out as one write with no task waiting for it; one longer than a pipe takes
+    # whole goes by a task of its own. Mixed and concurrent, each answer must reach its caller.
+    async with open_stack(tmp_path, {"echo": echo_server()}) as stack, stack.client(mode="legacy") as client:
+        texts = [f"{i}:" + "x" * (20_000 if i % 2 else 10) for i in range(8)]
+        answers: dict[int, str] = {}
+
+        async def one(index: int) -> None:
+            result = await client.call_tool("echo:echo", {"text": texts[index]})
+            assert not result.is_error, result
+            assert result.structured_content is not None
+            answers[index] = result.structured_content["result"]
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for index in range(len(texts)):
+                    nursery.start_soon(one, index)
+        assert answers == dict(enumerate(texts))

@@ -90,3 +90,94 @@ async def test_a_request_to_a_child_that_has_gone_fails_at_once(tmp_path: Path) 
         # Writing to the dead child's pipe says so as the stream would, never as a bare OSError.
         with pytest.raises(trio.BrokenResourceError):
             await channel.write_line(b'{"jsonrpc":"2.0","method":"ping"}\n')
+
+
+# Holds a request whose text is "hold" until told it was cancelled, then says so (as a log
+# notification) and answers it anyway, late; answers every other request at once.
+HOLDING = """
+import json, sys
+held = None
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("method") == "notifications/cancelled":
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+                                     "params": {"cancelled": msg["params"]["requestId"]}}) + "\\n")
+        if held is not None:
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": held, "result": {"late": True}}) + "\\n")
+    elif msg["params"]["text"] == "hold":
+        held = msg["id"]
+    else:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {"pad": msg["params"]["text"]}}) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+@asynccontextmanager
+async def _holding(tmp_path: Path) -> AsyncIterator[tuple[StdioChannel, list[bytes]]]:
+    """The holding script as an upstream, and the params of the notifications it sends."""
+    script = tmp_path / "holding.py"
+    script.write_text(HOLDING)
+    stderr = RotatingFile(tmp_path / "stderr.log")
+    notes: list[bytes] = []
+
+    async def on_notification(method: str, params: bytes) -> None:
+        notes.append(params)
+        await trio.lowlevel.checkpoint()
+
+    try:
+        async with open_stdio_upstream(sys.executable, [str(script)], child_environment({}), None, stderr) as (
+            read_stream,
+            write_stream,
+            channel,
+        ):
+            read_stream.close()
+            write_stream.close()
+            channel.on_notification = on_notification
+            yield channel, notes
+    finally:
+        stderr.close()
+
+
+async def test_a_request_sent_without_waiting_gets_its_outcome_from_the_reader(tmp_path: Path) -> None:
+    async with _holding(tmp_path) as (channel, _notes):
+        outcomes: list[bytes | RawError] = []
+        params = json.dumps({"text": "hi"}).encode()
+        assert channel.send_request("tools/call", params, outcomes.append) is not None
+        with trio.fail_after(10):
+            while not outcomes:
+                await trio.sleep(0.01)
+        assert outcomes == [b'{"pad": "hi"}']
+        # A line a pipe might take only in part is not sent this way: the caller uses request().
+        long = json.dumps({"text": "x" * 10_000}).encode()
+        assert channel.send_request("tools/call", long, outcomes.append) is None
+        assert json.loads(await channel.request("tools/call", long))["pad"] == "x" * 10_000
+        assert len(outcomes) == 1
+
+
+async def test_an_abandoned_request_is_cancelled_upstream_and_its_late_answer_dropped(tmp_path: Path) -> None:
+    async with _holding(tmp_path) as (channel, notes):
+        outcomes: list[bytes | RawError] = []
+        request_id = channel.send_request("tools/call", json.dumps({"text": "hold"}).encode(), outcomes.append)
+        assert request_id is not None
+        channel.abandon(request_id)
+        channel.abandon(request_id)  # a second time does nothing
+        with trio.fail_after(10):
+            while not notes:
+                await trio.sleep(0.01)
+        assert json.loads(notes[0]) == {"cancelled": request_id}
+        # The late answer came after the note: the channel is still in step, and dropped it.
+        assert json.loads(await channel.request("tools/call", json.dumps({"text": "next"}).encode())) == {"pad": "next"}
+        assert outcomes == []
+
+
+async def test_a_request_sent_without_waiting_fails_when_the_child_goes(tmp_path: Path) -> None:
+    async with _holding(tmp_path) as (channel, _notes):
+        outcomes: list[bytes | RawError] = []
+        assert channel.send_request("tools/call", json.dumps({"text": "hold"}).encode(), outcomes.append)
+        assert channel.process.stdin is not None
+        await channel.process.stdin.aclose()  # the script's loop ends, and so does the child
+        with trio.fail_after(10):
+            while not outcomes:
+                await trio.sleep(0.01)
+        assert isinstance(outcomes[0], RawError) and outcomes[0].code == -32000
+        assert channel.send_request("tools/call", b'{"text":"late"}', outcomes.append) is None
