@@ -62,6 +62,11 @@ _NO_BODY_STATUS: Final = frozenset({204, 304})
 _UNSAFE: Final = re.compile(rb"[\x00\r\n]")
 
 
+# A request read here: target, headers, body, and whether the connection ends after its answer.
+_Read = tuple[bytes, list[tuple[bytes, bytes]], bytes, bool]
+_HAND_OVER: Final[_Read] = (b"", [], b"", False)  # compared by identity: the request goes to hypercorn
+
+
 class _Date:
     """The `date` header's value, formatted once a second."""
 
@@ -264,26 +269,16 @@ class _Connection:
         served = 0
         facts: dict[str, Any] = {}
         while True:
-            if not self.buffer:
-                with trio.move_on_after(server.keep_alive_timeout):
-                    if not await self._fill():
-                        return False
-                if not self.buffer:
-                    return False  # idle past the keep-alive timeout
-            end = await self._head_end()
-            if end is None:
+            # The next request must arrive whole within the keep-alive timeout: an idle connection
+            # ends, and so does one that sends its head or body too slowly to hold a slot forever.
+            read: _Read | None = None
+            with trio.move_on_after(server.keep_alive_timeout):
+                read = await self._read_request()
+            if read is None:
                 return False
-            if end < 0:
+            if read is _HAND_OVER:
                 return True
-            parsed = _parse_head(bytes(self.buffer[: end - 4]), server.max_body)
-            if parsed is None:
-                return True
-            target, headers, length, close = parsed
-            while len(self.buffer) < end + length:
-                if not await self._fill():
-                    return False  # the client left before sending the whole body
-            body = bytes(self.buffer[end : end + length])
-            del self.buffer[: end + length]
+            target, headers, body, close = read
             path, _, query = target.partition(b"?")
             scope: Scope = {
                 "type": "http",
@@ -316,6 +311,26 @@ class _Connection:
             await self._stop_watching()
             if request.close or request.gone:
                 return False
+
+    async def _read_request(self) -> _Read | None:
+        """The next plain request, _HAND_OVER for one hypercorn must serve, None at the connection's end."""
+        if not self.buffer and not await self._fill():
+            return None
+        end = await self._head_end()
+        if end is None:
+            return None
+        if end < 0:
+            return _HAND_OVER
+        parsed = _parse_head(bytes(self.buffer[: end - 4]), self.server.max_body)
+        if parsed is None:
+            return _HAND_OVER
+        target, headers, length, close = parsed
+        while len(self.buffer) < end + length:
+            if not await self._fill():
+                return None  # the client left before sending the whole body
+        body = bytes(self.buffer[end : end + length])
+        del self.buffer[: end + length]
+        return target, headers, body, close
 
     async def _fill(self) -> bool:
         """Read more of the connection into the buffer; False at its end."""

@@ -71,9 +71,12 @@ class Listener(Http1Server):
 
 
 @asynccontextmanager
-async def listening(app: Recorder, max_requests: int = 1000) -> AsyncIterator[tuple[Listener, int]]:
+async def listening(
+    app: Recorder, max_requests: int = 1000, keep_alive: float = 75
+) -> AsyncIterator[tuple[Listener, int]]:
     config = Config()
     config.keep_alive_max_requests = max_requests
+    config.keep_alive_timeout = keep_alive
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
     config.include_server_header = False
@@ -302,6 +305,20 @@ async def test_a_connection_ends_after_the_configured_number_of_requests() -> No
         await client.send(post("/mcp/direct"))
         assert header((await client.answer())[0], b"connection") == b"close"
         assert await client.closed()
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [b"", b"POST /mcp HTTP/1.1\r\nHost: x\r\n", b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\n{"],
+)
+async def test_a_connection_idle_or_too_slow_past_the_keep_alive_timeout_is_closed(partial: bytes) -> None:
+    app = Recorder()
+    async with listening(app, keep_alive=0.3) as (server, port), connect(port) as client:
+        await client.send(post("/mcp/direct"))
+        assert (await client.answer())[0].status_code == 200
+        await client.stream.send_all(partial)
+        assert await client.closed()
+    assert len(app.seen) == 1 and server.handed_over == 0
 
 
 async def test_a_client_leaving_mid_body_reaches_no_app() -> None:
