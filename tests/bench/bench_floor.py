@@ -290,6 +290,7 @@ class RawClient:
 
     def __init__(self, stream: trio.SocketStream, port: int, path: str, tool: str) -> None:
         self.stream = stream
+        self.port = port
         self.tool = tool
         self.head = (
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -302,9 +303,11 @@ class RawClient:
     @classmethod
     @asynccontextmanager
     async def open(cls, port: int, path: str, tool: str) -> AsyncIterator[RawClient]:
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        async with stream:
-            yield cls(stream, port, path, tool)
+        client = cls(await trio.open_tcp_stream("127.0.0.1", port), port, path, tool)
+        try:
+            yield client
+        finally:
+            await client.stream.aclose()
 
     async def call(self, text: str) -> tuple[int, bytes, bytes]:
         """(status, lower-cased response head, body) of one call of the tool with `text`."""
@@ -342,6 +345,11 @@ class RawClient:
             buffer += data
         answer = bytes(buffer[start : start + length])
         del buffer[: start + length]
+        if b"\r\nconnection: close" in head:
+            # Servers end a connection after so many requests (hypercorn and mcpvisor: 1,000).
+            await self.stream.aclose()
+            self.stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+            buffer.clear()
         return int(head.split(b" ", 2)[1]), head, answer
 
 
