@@ -15,6 +15,10 @@ pyzmq has no trio integration, so this adapter owns the rules that make one corr
   peer has room", so a send to a full peer polls instead of waiting on `EVENTS`.
 - `trio.lowlevel.notify_closing` is called before the socket closes, so no task is left waiting
   on a dead fd.
+
+Flags are plain ints and multipart messages are sent and read frame by frame here: pyzmq's flags
+are `IntFlag`s, whose every `&` and `|` runs Python code (about 1.4 us each), and its
+`send_multipart`/`recv_multipart` combine them per frame. A call crosses two of these sockets.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ from collections.abc import Sequence
 
 import trio
 import zmq
+
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = _NOBLOCK | int(zmq.SNDMORE)
+_EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
 
 
 class ZSocket:
@@ -34,7 +45,7 @@ class ZSocket:
         self._lot = trio.lowlevel.ParkingLot()
         self._fd_wait_scope: trio.CancelScope | None = None
         self._closed = False
-        self._waiters = {zmq.POLLIN: 0, zmq.POLLOUT: 0}  # tasks in _wait_for, by flag
+        self._waiters = {_POLLIN: 0, _POLLOUT: 0}  # tasks in _wait_for, by flag
         sock.setsockopt(zmq.LINGER, 0)
         if sock.type == zmq.ROUTER:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -51,28 +62,33 @@ class ZSocket:
 
     def _events(self) -> int:
         try:
-            return self._sock.getsockopt(zmq.EVENTS)
+            return self._sock.getsockopt(_EVENTS)
         except zmq.ZMQError as exc:
             if self._closed or exc.errno == zmq.ENOTSOCK:
                 raise trio.ClosedResourceError("socket closed") from None
             raise
 
-    async def _wait_for(self, flag: int) -> None:
-        """Return once `EVENTS` shows `flag`; at most one task waits on the fd itself."""
+    async def _wait_for(self, flag: int) -> bool:
+        """Return once `EVENTS` shows `flag`; at most one task waits on the fd itself.
+
+        True when it waited, that is let other tasks run (a checkpoint).
+        """
         self._waiters[flag] += 1
         try:
-            await self._wait_loop(flag)
+            return await self._wait_loop(flag)
         finally:
             self._waiters[flag] -= 1
 
-    async def _wait_loop(self, flag: int) -> None:
+    async def _wait_loop(self, flag: int) -> bool:
+        waited = False
         while True:
             if self._closed:
                 raise trio.ClosedResourceError("socket closed")
             events = self._events()
             if events & flag:
-                return
+                return waited
             self._wake(events)  # reading EVENTS may have taken another waiter's edge
+            waited = True
             if self._fd_wait_scope is not None:
                 # Another task is on the fd; it wakes everyone whenever anything happens.
                 await self._lot.park()
@@ -109,13 +125,11 @@ class ZSocket:
             if self._closed:
                 raise trio.ClosedResourceError("socket closed")
             try:
-                # ZeroMQ queues a multipart message atomically: once the first frame is
-                # accepted, the rest are too, so NOBLOCK cannot split a message.
-                self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
+                self._send(frames)
             except zmq.Again:
                 events = self._events()
-                if not events & zmq.POLLOUT:
-                    await self._wait_for(zmq.POLLOUT)
+                if not events & _POLLOUT:
+                    await self._wait_for(_POLLOUT)
                     continue
                 # A ROUTER whose other peers have room: nothing on the fd says when this
                 # peer has, so poll (a busy loop here would freeze every task).
@@ -132,22 +146,39 @@ class ZSocket:
         if self._closed:
             raise trio.ClosedResourceError("socket closed")
         try:
-            self._sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            self._send(frames)
         except zmq.Again:
             self._kick()
             return False
         self._kick()
         return True
 
+    def _send(self, frames: Sequence[bytes]) -> None:
+        """Queue one message or raise `zmq.Again`. ZeroMQ queues a multipart message atomically:
+        once its first frame is accepted, the rest are too, so NOBLOCK cannot split one."""
+        send = self._sock.send
+        last = len(frames) - 1
+        for index, frame in enumerate(frames):
+            send(frame, _NOBLOCK_MORE if index < last else _NOBLOCK)
+
+    def _receive(self) -> list[bytes]:
+        """One whole message (its frames arrive together), or `zmq.Again`."""
+        sock = self._sock
+        frames = [sock.recv(_NOBLOCK)]
+        while sock.getsockopt(_RCVMORE):
+            frames.append(sock.recv(_NOBLOCK))
+        return frames
+
     # -- receiving -------------------------------------------------------------------------------
 
     async def receive_batch(self, max_messages: int = 256) -> list[list[bytes]]:
         """Wait for at least one message, then drain up to `max_messages` without waiting."""
+        waited = False
         while True:
             batch: list[list[bytes]] = []
             try:
                 while len(batch) < max_messages:
-                    batch.append(self._sock.recv_multipart(flags=zmq.NOBLOCK))
+                    batch.append(self._receive())
             except zmq.Again:
                 pass
             except zmq.ZMQError as exc:
@@ -155,27 +186,30 @@ class ZSocket:
                     raise trio.ClosedResourceError("socket closed") from None
                 raise
             if batch:
-                if self._waiters[zmq.POLLOUT]:
+                if self._waiters[_POLLOUT]:
                     self._kick()
-                await trio.lowlevel.checkpoint()
+                if not waited:
+                    await trio.lowlevel.checkpoint()
                 return batch
-            await self._wait_for(zmq.POLLIN)
+            waited = await self._wait_for(_POLLIN) or waited
 
     async def receive_multipart(self) -> list[bytes]:
         """Receive one message. Prefer `receive_batch` in loops."""
+        waited = False
         while True:
             try:
-                frames = self._sock.recv_multipart(flags=zmq.NOBLOCK)
+                frames = self._receive()
             except zmq.Again:
-                await self._wait_for(zmq.POLLIN)
+                waited = await self._wait_for(_POLLIN) or waited
                 continue
             except zmq.ZMQError as exc:
                 if self._closed or exc.errno == zmq.ENOTSOCK:
                     raise trio.ClosedResourceError("socket closed") from None
                 raise
-            if self._waiters[zmq.POLLOUT]:
+            if self._waiters[_POLLOUT]:
                 self._kick()
-            await trio.lowlevel.checkpoint()
+            if not waited:
+                await trio.lowlevel.checkpoint()
             return frames
 
     # -- closing ---------------------------------------------------------------------------------
