@@ -89,6 +89,15 @@ class Metrics:
             ["endpoint", "status"],
             registry=self.registry,
         )
+        self.connections = Counter(
+            "mcpvisor_http_connections", "Client connections accepted by the HTTP listener", registry=self.registry
+        )
+        self.handovers = Counter(
+            "mcpvisor_http_handovers",
+            "Connections handed to hypercorn by a request the frontend's own HTTP path does not read "
+            "(frontend/endpoints/http_server.py)",
+            registry=self.registry,
+        )
         self._rows: list[dict[str, Any]] = []
         self.registry.register(_StateCollector(self))
 

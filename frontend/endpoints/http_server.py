@@ -430,8 +430,18 @@ def _reason(status: int) -> bytes:
 class Http1Server:
     """Serves `app` on `config`'s binds: plain requests here, every other connection by hypercorn."""
 
-    def __init__(self, app: ASGIApp, config: Config, *, max_body: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        config: Config,
+        *,
+        max_body: int,
+        on_connection: Callable[[], None] | None = None,
+        on_handover: Callable[[], None] | None = None,
+    ) -> None:
         self.app = app
+        self.on_connection = on_connection  # each connection accepted (for metrics)
+        self.on_handover = on_handover  # each one handed to hypercorn
         self.config = config
         self.max_body = max_body
         self.keep_alive_timeout = config.keep_alive_timeout or inf
@@ -442,6 +452,8 @@ class Http1Server:
 
     async def fallback(self, stream: trio.abc.Stream) -> None:
         """hypercorn's own HTTP/1.1 (and h2c) connection, from the bytes `stream` still holds."""
+        if self.on_handover is not None:
+            self.on_handover()
         await TCPServer(self._wrapped, self.config, self._context, self._state, stream)  # type: ignore[arg-type]
 
     async def serve(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -463,6 +475,8 @@ class Http1Server:
             await self._context.terminated.set()
 
     async def _connection(self, stream: trio.SocketStream) -> None:
+        if self.on_connection is not None:
+            self.on_connection()
         try:
             await _Connection(self, stream).run()
         except Exception:

@@ -40,6 +40,7 @@ async def test_metrics_count_the_calls_a_client_made_per_server_and_path(tmp_pat
     # Both ready first (open_stack's default): a call to jail before its catalog is known would be
     # refused as unknown, not blocked.
     async with open_stack(tmp_path, servers) as stack:
+        before = await scrape(stack)
         async with stack.client("/mcp/direct") as client:
             for text in ("one", "two", "three"):
                 assert not (await client.call_tool("echo:echo", {"text": text})).is_error
@@ -85,6 +86,16 @@ async def test_metrics_count_the_calls_a_client_made_per_server_and_path(tmp_pat
         memory = {ls["process"]: v for _, ls, v in families["mcpvisor_process_resident_memory_bytes"]}
         assert {"supervisor", "frontend", "worker:echo", "worker:jail"} <= set(memory), memory
         assert all(v > 0 for v in memory.values()), memory
+
+        # The clients' POSTs were all read by the frontend's own HTTP path: of the connections
+        # since the first scrape, only the second scrape's GET went to hypercorn.
+        connections, handovers = "mcpvisor_http_connections", "mcpvisor_http_handovers"
+        opened = value(families, connections, f"{connections}_total") - value(
+            before, connections, f"{connections}_total"
+        )
+        assert opened >= 3, opened  # two clients and this scrape
+        handed = value(families, handovers, f"{handovers}_total") - value(before, handovers, f"{handovers}_total")
+        assert handed == 1, handed
 
         # HTTP requests by endpoint and status; the scrape above counted itself after answering.
         requests = "mcpvisor_http_requests"
