@@ -59,7 +59,7 @@ class State:
     refresh: dict[str, Grant] = field(default_factory=dict)
     stats: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
-            ("registrations", "authorizations", "codes", "refreshes", "refused_refreshes"), 0
+            ("registrations", "authorizations", "codes", "refreshes", "refused_refreshes", "refused_tokens"), 0
         )
     )
 
@@ -204,6 +204,7 @@ class ProtectedResource:
             challenge = f'Bearer resource_metadata="{self.metadata_url}", scope="{READ_SCOPE}"'
             if token:
                 challenge += ', error="invalid_token"'
+                self.state.stats["refused_tokens"] += 1
             await _error(401, "invalid_token", "a valid bearer token is required")(
                 scope, receive, _with_header(send, challenge)
             )
