@@ -38,10 +38,10 @@ async def _call(channel: StdioChannel, text: str) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def _answering(tmp_path: Path) -> AsyncIterator[StdioChannel]:
-    """The answering script as an upstream; no SDK session, so its streams are closed at once."""
-    script = tmp_path / "answering.py"
-    script.write_text(ANSWERING)
+async def _upstream(tmp_path: Path, source: str) -> AsyncIterator[StdioChannel]:
+    """A script as an upstream; no SDK session, so its streams are closed at once."""
+    script = tmp_path / "upstream.py"
+    script.write_text(source)
     stderr = RotatingFile(tmp_path / "stderr.log")
     try:
         async with open_stdio_upstream(sys.executable, [str(script)], child_environment({}), None, stderr) as (
@@ -54,6 +54,12 @@ async def _answering(tmp_path: Path) -> AsyncIterator[StdioChannel]:
             yield channel
     finally:
         stderr.close()
+
+
+@asynccontextmanager
+async def _answering(tmp_path: Path) -> AsyncIterator[StdioChannel]:
+    async with _upstream(tmp_path, ANSWERING) as channel:
+        yield channel
 
 
 async def test_large_concurrent_requests_go_out_and_come_back_as_whole_lines(tmp_path: Path) -> None:
@@ -115,27 +121,15 @@ for line in sys.stdin:
 @asynccontextmanager
 async def _holding(tmp_path: Path) -> AsyncIterator[tuple[StdioChannel, list[bytes]]]:
     """The holding script as an upstream, and the params of the notifications it sends."""
-    script = tmp_path / "holding.py"
-    script.write_text(HOLDING)
-    stderr = RotatingFile(tmp_path / "stderr.log")
     notes: list[bytes] = []
 
     async def on_notification(method: str, params: bytes) -> None:
         notes.append(params)
         await trio.lowlevel.checkpoint()
 
-    try:
-        async with open_stdio_upstream(sys.executable, [str(script)], child_environment({}), None, stderr) as (
-            read_stream,
-            write_stream,
-            channel,
-        ):
-            read_stream.close()
-            write_stream.close()
-            channel.on_notification = on_notification
-            yield channel, notes
-    finally:
-        stderr.close()
+    async with _upstream(tmp_path, HOLDING) as channel:
+        channel.on_notification = on_notification
+        yield channel, notes
 
 
 async def test_a_request_sent_without_waiting_gets_its_outcome_from_the_reader(tmp_path: Path) -> None:
