@@ -196,12 +196,13 @@ async def run(
             # The plain stack serves the workstation (and operators when there are tenants).
             plain = await stacks.of("")
             nursery.start_soon(control_client.serve, operator.answer)
+            metrics = shared.metrics
             listener = Http1Server(
                 app,
                 config,
                 max_body=settings.max_body_bytes,
-                on_connection=shared.metrics.connections.inc if shared.metrics is not None else None,
-                on_handover=shared.metrics.handovers.inc if shared.metrics is not None else None,
+                on_connection=metrics.connections.inc if metrics is not None else None,
+                on_handover=metrics.handovers.inc if metrics is not None else None,
             )
             binds = await nursery.start(listener.serve)
             nursery.start_soon(serve_reports, control)

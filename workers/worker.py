@@ -252,6 +252,9 @@ class Worker:
         failure = Failure(id=request_id, code=code, message=message, mcp_code=mcp_code)
         await self.sock.send_multipart(codec.calls.encode(failure))
 
+    def _timeout_message(self, timeout: float) -> str:
+        return f"no answer from server '{self.spec.id}' within {timeout:g}s"
+
     def _timeout_for(self, msg: Request) -> float:
         return min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
 
@@ -331,7 +334,7 @@ class Worker:
                     soonest = min(soonest, call.deadline)
                     continue
                 self._end_direct(request_id, call)
-                message = f"no answer from server '{self.spec.id}' within {call.timeout:g}s"
+                message = self._timeout_message(call.timeout)
                 self._send_soon(codec.calls.encode(Failure(id=request_id, code=ErrorCode.TIMEOUT, message=message)))
             self._deadlines.deadline = soonest
 
@@ -359,7 +362,7 @@ class Worker:
                 if call.cancelled:
                     log.debug("request %d cancelled by the frontend [request id %s]", msg.id, msg.activity_id)
                 else:
-                    raise WireError(ErrorCode.TIMEOUT, f"no answer from server '{self.spec.id}' within {timeout:g}s")
+                    raise WireError(ErrorCode.TIMEOUT, self._timeout_message(timeout))
         except WireError as exc:
             await self._fail(msg.id, exc.code, exc.message, exc.mcp_code)
         except Exception:  # one broken request must not take the worker down; the log has the detail
@@ -368,9 +371,7 @@ class Worker:
             )
             await self._fail(msg.id, ErrorCode.INTERNAL, f"internal error in the worker for '{self.spec.id}'")
         finally:
-            self._inflight.pop(msg.id, None)
-            if self._draining and not self._inflight:
-                self._drained.set()
+            self._end(msg.id)
 
 
 class _Call:

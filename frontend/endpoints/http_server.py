@@ -181,7 +181,6 @@ class _Request:
         elif self.status not in _NO_BODY_STATUS:
             data += body
         if self.expected is not None and self.written > self.expected:
-            self.close = True
             raise RuntimeError("the response body is longer than its content-length")
         self.finished = not more
         if data:
