@@ -216,22 +216,17 @@ def write_config(
     path.write_text(tomli_w.dumps(document))
 
 
-@asynccontextmanager
-async def open_stack(
+def launch_stack(
     tmp_path: Path,
     servers: Mapping[str, Mapping[str, Any]],
     *,
     settings: Mapping[str, Any] | None = None,
-    wait_for: list[str] | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     tables: Mapping[str, Any] | None = None,
     port: int | None = None,
-) -> AsyncIterator[Stack]:
-    """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards.
-
-    `port`: listen there rather than on a free port picked here, for configs that name their own URL.
-    """
+) -> Stack:
+    """Write a config under `tmp_path` and start `mcpvisor serve` on it; returns at once, not waiting for it."""
     port = port or free_port()
     data_dir = tmp_path / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -252,18 +247,81 @@ async def open_stack(
             cwd=cwd,
             start_new_session=True,
         )
-    stack = Stack(process, config_path, data_dir, run_dir / "mcpvisor", port, process_env)
+    return Stack(process, config_path, data_dir, run_dir / "mcpvisor", port, process_env)
+
+
+async def wait_stack(stack: Stack, wait_for: list[str]) -> None:
+    """Wait until each named server is ready behind the frontend and RUNNING for the supervisor."""
+    await stack.wait_ready(wait_for)
+    # A worker serves once its upstream is ready, and is RUNNING once it has lived `startsecs`
+    # (as in supervisord): a test starts from a stack the supervisor also sees as up.
+    if wait_for:
+        await stack.wait_status(lambda rows: all(rows.get(name, {}).get("state") == "RUNNING" for name in wait_for))
+
+
+def _enabled(servers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return [name for name, server in servers.items() if server.get("enabled", True)]
+
+
+@asynccontextmanager
+async def open_stack(
+    tmp_path: Path,
+    servers: Mapping[str, Mapping[str, Any]],
+    *,
+    settings: Mapping[str, Any] | None = None,
+    wait_for: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    tables: Mapping[str, Any] | None = None,
+    port: int | None = None,
+) -> AsyncIterator[Stack]:
+    """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards.
+
+    `port`: listen there rather than on a free port picked here, for configs that name their own URL.
+    """
+    stack = launch_stack(tmp_path, servers, settings=settings, env=env, cwd=cwd, tables=tables, port=port)
     try:
-        if wait_for is None:
-            wait_for = [name for name, server in servers.items() if server.get("enabled", True)]
-        await stack.wait_ready(wait_for)
-        # A worker serves once its upstream is ready, and is RUNNING once it has lived `startsecs`
-        # (as in supervisord): a test starts from a stack the supervisor also sees as up.
-        if wait_for:
-            await stack.wait_status(lambda rows: all(rows.get(name, {}).get("state") == "RUNNING" for name in wait_for))
+        await wait_stack(stack, _enabled(servers) if wait_for is None else wait_for)
         yield stack
     finally:
         await stop_stack(stack)
+
+
+@asynccontextmanager
+async def open_replicas(
+    tmp_path: Path,
+    count: int,
+    servers: Mapping[str, Mapping[str, Any]],
+    *,
+    state_url: str,
+    settings: Mapping[str, Any] | None = None,
+    wait_for: list[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    tables: Mapping[str, Any] | None = None,
+) -> AsyncIterator[list[Stack]]:
+    """Start `count` replicas of mcpvisor sharing one state store (`state_url`), all at once.
+
+    Each replica is a whole `mcpvisor serve` with the same servers, settings and tables; only its
+    listen port, data dir and runtime dir are its own (as pods of one Deployment on their own
+    disks). They start together, so an empty database sees its first replicas race to set it up.
+    """
+    stacks: list[Stack] = []
+    try:
+        for index in range(count):
+            replica_dir = tmp_path / f"replica{index}"
+            replica_dir.mkdir(parents=True, exist_ok=True)
+            replica_settings = {**(settings or {}), "state_url": state_url}
+            stacks.append(launch_stack(replica_dir, servers, settings=replica_settings, env=env, tables=tables))
+        names = _enabled(servers) if wait_for is None else wait_for
+        async with trio.open_nursery() as nursery:
+            for stack in stacks:
+                nursery.start_soon(wait_stack, stack, names)
+        yield stacks
+    finally:
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for stack in stacks:
+                    nursery.start_soon(stop_stack, stack)
 
 
 async def stop_stack(stack: Stack, timeout: float = 15.0) -> None:
