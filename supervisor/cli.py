@@ -141,6 +141,14 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    from mcpvisor.supervisor import config_reference
+
+    text = config_reference.schema_json() if args.config_command == "schema" else config_reference.markdown()
+    sys.stdout.write(text)
+    return 0
+
+
 def cmd_ctl(args: argparse.Namespace) -> int:
     from mcpvisor.supervisor import ctl
 
@@ -220,6 +228,25 @@ def build_parser() -> argparse.ArgumentParser:
     for each in (token_add, token_list, token_revoke):
         each.add_argument("-c", "--config", help="TOML config file (default: $MCPVISOR_CONFIG or ./mcpvisor.toml)")
     token.set_defaults(func=cmd_token)
+
+    config = sub.add_parser(
+        "config",
+        help="describe the config file: its JSON Schema (for editors) or its reference page",
+        description="Describe the config file from the Structs mcpvisor reads it into, so the description cannot "
+        "drift from what `mcpvisor check` accepts.",
+    )
+    config_sub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    config_sub.add_parser(
+        "schema",
+        help="print the JSON Schema of the config file",
+        description="Print the JSON Schema of the config file. Save it and name it on the first line of the file "
+        "(`#:schema ./mcpvisor.schema.json`): editors that use Taplo (Even Better TOML) then complete keys, show "
+        "their meaning and mark unknown ones.",
+    )
+    config_sub.add_parser(
+        "docs", help="print the configuration reference (Markdown): every key, its type, default and meaning"
+    )
+    config.set_defaults(func=cmd_config)
 
     check = sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("-c", "--config", help="TOML config file")

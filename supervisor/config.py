@@ -6,6 +6,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
@@ -26,13 +27,28 @@ from mcpvisor.wire.trust import exposure_problem
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
-    """The whole file."""
+    """The whole file: `[mcpvisor]` settings, then one table per server, registry and tenant.
 
-    mcpvisor: Settings = msgspec.field(default_factory=Settings)
-    servers: dict[str, ServerConfig] = {}
-    registries: dict[str, RegistryConfig] = {}
-    tenants: dict[str, TenantConfig] = {}
-    oauth: OAuthResourceConfig | None = None
+    An unknown key is an error that names the key and its line; `mcpvisor check -c FILE` checks a
+    file without starting anything.
+    """
+
+    mcpvisor: Annotated[Settings, msgspec.Meta(description="The listener, the endpoints, limits and the data dir.")] = (
+        msgspec.field(default_factory=Settings)
+    )
+    servers: Annotated[dict[str, ServerConfig], msgspec.Meta(description="The upstream MCP servers, by name.")] = {}
+    registries: Annotated[
+        dict[str, RegistryConfig],
+        msgspec.Meta(description="MCP registries that clients may search for servers to propose, by id."),
+    ] = {}
+    tenants: Annotated[
+        dict[str, TenantConfig],
+        msgspec.Meta(description="Tenants of a shared host, by name: each one's servers, limits and tokens."),
+    ] = {}
+    oauth: Annotated[
+        OAuthResourceConfig | None,
+        msgspec.Meta(description="Accept JWT access tokens of an OAuth issuer (mcpvisor as a resource server)."),
+    ] = None
 
     @property
     def authenticated(self) -> bool:

@@ -27,39 +27,145 @@ PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 
 
 class Policy(_Strict):
-    """Per-server restart, connection and discovery policy; every field has a default."""
+    """`[servers.NAME.policy]`: how the worker is started, kept up and stopped, and how it talks to its upstream.
 
-    init_timeout: PositiveSeconds = 30.0
-    discovery_timeout: PositiveSeconds = 30.0
-    poll_interval: PositiveSeconds = 300.0
-    call_timeout: PositiveSeconds | None = None  # falls back to [mcpvisor].call_timeout
-    reconnect_backoff_max: PositiveSeconds = 60.0
-    ping_interval: PositiveSeconds = 10.0  # the worker pings its upstream; no answer in ping_timeout: reconnect
-    ping_timeout: PositiveSeconds = 5.0
-    heartbeat_timeout: PositiveSeconds = 5.0  # a worker silent this long is hung: killed and restarted
-    autorestart: Literal["true", "false", "unexpected"] | bool = True
-    startsecs: Seconds = 1.0
-    startretries: Annotated[int, msgspec.Meta(ge=0)] = 5
-    backoff_max: PositiveSeconds = 300.0
-    stopsignal: Literal["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2"] = "TERM"
-    stopwaitsecs: Seconds = 10.0
-    exitcodes: tuple[int, ...] = (0,)
-    flap_window: PositiveSeconds = 60.0
-    flap_count: Annotated[int, msgspec.Meta(ge=2)] = 10
-    max_inflight: Annotated[int, msgspec.Meta(ge=1)] = 64
+    Every key is optional; the defaults suit most servers. The restart keys (`autorestart`,
+    `startsecs`, `startretries`, `stopsignal`, `stopwaitsecs`, `exitcodes`) mean what they mean to
+    supervisord. `ctl update` applies a changed policy; a client's `upstream_servers patch` of the
+    policy alone applies at once.
+    """
+
+    init_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(description="Seconds allowed to connect to the upstream and complete `initialize`."),
+    ] = 30.0
+    discovery_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(
+            description="Seconds allowed to list the upstream's tools, resources, resource templates and prompts"
+            " (every page)."
+        ),
+    ] = 30.0
+    poll_interval: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(
+            description="Seconds between rediscoveries of an upstream that does not announce changes to its lists"
+            " (`list_changed`)."
+        ),
+    ] = 300.0
+    call_timeout: Annotated[
+        PositiveSeconds | None,
+        msgspec.Meta(
+            description="Seconds a call to this server may take (progress notifications reset it); unset, the"
+            " `[mcpvisor]` `call_timeout` applies."
+        ),
+    ] = None
+    reconnect_backoff_max: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(
+            description="The longest wait between the worker's reconnects to an upstream that died or dropped"
+            " the connection: 0.5 s, 1 s, 2 s, ... capped here."
+        ),
+    ] = 60.0
+    ping_interval: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(
+            description="Seconds between the worker's pings to its upstream; an upstream that does not answer"
+            " within `ping_timeout` is hung and is replaced."
+        ),
+    ] = 10.0
+    ping_timeout: Annotated[PositiveSeconds, msgspec.Meta(description="Seconds the upstream has to answer a ping.")] = (
+        5.0
+    )
+    heartbeat_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(description="A worker silent this many seconds is hung: the supervisor kills and restarts it."),
+    ] = 5.0
+    autorestart: Annotated[
+        Literal["true", "false", "unexpected"] | bool,
+        msgspec.Meta(
+            description='Restart the worker when it exits: true (always), false (never) or "unexpected"'
+            " (only when its exit code is not in `exitcodes`)."
+        ),
+    ] = True
+    startsecs: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="Seconds a worker must stay up (and its upstream become ready) before it counts as"
+            " RUNNING; an earlier exit is a failed start."
+        ),
+    ] = 1.0
+    startretries: Annotated[
+        Annotated[int, msgspec.Meta(ge=0)],
+        msgspec.Meta(
+            description="Failed starts retried before the worker is FATAL (`ctl start` is the way out of FATAL)."
+        ),
+    ] = 5
+    backoff_max: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(description="The longest wait in BACKOFF between restarts: 1, 2, 4, ... seconds, capped here."),
+    ] = 300.0
+    stopsignal: Annotated[
+        Literal["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2"],
+        msgspec.Meta(description="The signal sent to the worker's process group to stop it."),
+    ] = "TERM"
+    stopwaitsecs: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="Seconds a stopping worker gets to finish its calls in flight (it refuses new ones)"
+            " before SIGKILL."
+        ),
+    ] = 10.0
+    exitcodes: Annotated[
+        tuple[int, ...],
+        msgspec.Meta(description='Exit codes that count as expected, for `autorestart = "unexpected"`.'),
+    ] = (0,)
+    flap_window: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(description="The window, in seconds, in which `flap_count` exits mean the worker is flapping."),
+    ] = 60.0
+    flap_count: Annotated[
+        Annotated[int, msgspec.Meta(ge=2)],
+        msgspec.Meta(
+            description="Exits within `flap_window` that make a worker flapping: its restarts are slowed down"
+            " by backoff."
+        ),
+    ] = 10
+    max_inflight: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)],
+        msgspec.Meta(description='Calls in flight to this server at once; more get a "busy" error at once.'),
+    ] = 64
 
 
 class UpstreamOAuth(_Strict):
-    """A server's `oauth` table: the client mcpvisor is at the upstream's authorization server.
+    """`[servers.NAME.oauth]`: the client mcpvisor is at a remote upstream's authorization server.
 
     All optional: without it mcpvisor registers itself (a Client ID Metadata Document, else
-    dynamic registration) when the upstream asks for a login.
+    dynamic registration) when the upstream asks for a login (`mcpvisor ctl login NAME`).
     """
 
-    client_id: str | None = None  # registered by the operator where the server offers no registration
-    client_secret: str | None = None  # a secret reference only: ${env:NAME} or ${file:PATH}
-    scopes: list[str] = []  # asked for when the server names none
-    client_metadata_url: str | None = None  # an https URL serving this client's metadata document
+    client_id: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="A client id the operator registered at the authorization server, for servers that offer"
+            " no registration."
+        ),
+    ] = None
+    client_secret: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The secret of `client_id`, as a reference only: ${env:NAME} or ${file:PATH}, never the"
+            " secret itself."
+        ),
+    ] = None
+    scopes: Annotated[list[str], msgspec.Meta(description="Scopes asked for when the server names none.")] = []
+    client_metadata_url: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="An https URL serving this client's metadata document (a Client ID Metadata Document),"
+            " used where the server supports one."
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         if self.client_secret is not None and not SECRET_REFERENCE.fullmatch(self.client_secret):
@@ -70,20 +176,73 @@ SECRET_REFERENCE = re.compile(r"\$\{(env|file):[^}]+\}")
 
 
 class ServerConfig(_Strict):
-    """One upstream MCP server: a command (stdio) or a URL (streamable HTTP or SSE)."""
+    """`[servers.NAME]`: one upstream MCP server, run as a command (stdio) or reached at a URL.
 
-    command: str | None = None
-    args: list[str] = []
-    env: dict[str, str] = {}
-    cwd: str | None = None
-    url: str | None = None
-    transport: Literal["auto", "stdio", "streamable-http", "sse"] = "auto"
-    headers: dict[str, str] = {}
-    enabled: bool = True
-    quarantined: bool = False
-    endpoint: bool | None = None  # /mcp/servers/NAME; None follows [mcpvisor].enable_server_endpoints
-    policy: Policy = msgspec.field(default_factory=Policy)
-    oauth: UpstreamOAuth | None = None  # a remote server that needs a login (`mcpvisor ctl login NAME`)
+    Exactly one of `command` and `url` is given. NAME is letters, digits, `_`, `-` or `.` (no `:`
+    or `/`), at most 63 characters; `frontend` is reserved.
+    """
+
+    command: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The program to run as a stdio upstream, found on the supervisor's PATH or in the folder"
+            " of the Python that runs mcpvisor."
+        ),
+    ] = None
+    args: Annotated[list[str], msgspec.Meta(description="Arguments of `command`.")] = []
+    env: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="Environment variables of `command`; values may be secret references, ${env:NAME} or"
+            " ${file:PATH}, resolved in the worker."
+        ),
+    ] = {}
+    cwd: Annotated[str | None, msgspec.Meta(description="The working directory of `command`.")] = None
+    url: Annotated[
+        str | None,
+        msgspec.Meta(description="The http(s) URL of a remote upstream (streamable HTTP, or SSE)."),
+    ] = None
+    transport: Annotated[
+        Literal["auto", "stdio", "streamable-http", "sse"],
+        msgspec.Meta(
+            description='How to reach the upstream; "auto" is stdio for a command, SSE for a URL ending in'
+            " /sse, else streamable HTTP."
+        ),
+    ] = "auto"
+    headers: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="HTTP headers sent to a remote upstream; values may be secret references, ${env:NAME} or"
+            " ${file:PATH}."
+        ),
+    ] = {}
+    enabled: Annotated[
+        bool,
+        msgspec.Meta(description="false: configured but not started (`ctl enable` and `ctl disable` write it)."),
+    ] = True
+    quarantined: Annotated[
+        bool,
+        msgspec.Meta(
+            description="true: started, but its tools are neither shown nor run until an operator approves it"
+            " (`ctl approve NAME`)."
+        ),
+    ] = False
+    endpoint: Annotated[
+        bool | None,
+        msgspec.Meta(
+            description="Serve this server alone at /mcp/servers/NAME (true) or not (false); unset, the"
+            " `[mcpvisor]` `enable_server_endpoints` applies."
+        ),
+    ] = None
+    policy: Annotated[Policy, msgspec.Meta(description="Restart, connection and discovery policy.")] = msgspec.field(
+        default_factory=Policy
+    )
+    oauth: Annotated[
+        UpstreamOAuth | None,
+        msgspec.Meta(
+            description="The OAuth client settings of a remote server that needs a login (`mcpvisor ctl login NAME`)."
+        ),
+    ] = None
 
     @property
     def kind(self) -> Literal["stdio", "streamable-http", "sse"]:
@@ -96,72 +255,226 @@ class ServerConfig(_Strict):
 
 
 class Settings(_Strict):
-    """The `[mcpvisor]` table."""
+    """`[mcpvisor]`: the listener, the endpoints, limits and the data dir."""
 
-    listen: str = "127.0.0.1:8080"
-    enable_direct_endpoint: bool = False
-    enable_server_endpoints: bool = False  # every server at /mcp/servers/NAME (a server's `endpoint` overrides)
-    direct_tool_names: Literal["colon", "underscore"] = "colon"
-    tools_limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 15
-    tool_response_limit: Annotated[int, msgspec.Meta(ge=0)] = 20000
-    call_timeout: PositiveSeconds = 120.0
-    data_dir: str | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 4 * 1024 * 1024
-    page_size: Annotated[int, msgspec.Meta(ge=1, le=10000)] = 500  # items per page of tools/list and the like
-    # A listen address other hosts can reach needs authentication; true starts without it (with a warning).
-    allow_unauthenticated_network: bool = False
-    # code_execution (MCPProxy's setting names): off unless enabled; limits of one run.
-    enable_code_execution: bool = False
-    code_execution_timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 120000
-    code_execution_max_tool_calls: Annotated[int, msgspec.Meta(ge=0)] = 0  # 0: unlimited
-    code_execution_max_parallel: Annotated[int, msgspec.Meta(ge=1, le=32)] = 8  # call_tools' default
-    # A registry whose host resolves to a loopback, private or link-local address is refused unless true.
-    allow_private_registry_fetch: bool = False
-    # What an MCP client's `upstream_servers` changes become: "propose" keeps them pending until an
-    # operator runs `mcpvisor ctl approve NAME`; "off" refuses them.
-    client_server_changes: Literal["propose", "off"] = "propose"
-    # The activity log (state.sqlite): calls only, unless arguments and results (redacted) are asked for.
-    activity_record_arguments: bool = False
-    activity_retention_days: Annotated[float, msgspec.Meta(gt=0)] = 30.0
-    activity_max_rows: Annotated[int, msgspec.Meta(ge=1)] = 100_000
-    # A tenant's workers stop after this long without a request of that tenant (0: never).
-    tenant_idle_stop: Seconds = 600.0
-    # Files that each hold one operator (admin) token, for containers; read at start, kept as hashes.
-    admin_token_files: list[str] = []
+    listen: Annotated[
+        str,
+        msgspec.Meta(
+            description="HOST:PORT of the HTTP listener (IPv6 as [::1]:PORT). An address other hosts can reach"
+            " needs tenants, `[oauth]` or `allow_unauthenticated_network`."
+        ),
+    ] = "127.0.0.1:8080"
+    enable_direct_endpoint: Annotated[
+        bool,
+        msgspec.Meta(description="Serve every upstream tool as `server:tool` at /mcp/direct (404 when false)."),
+    ] = False
+    enable_server_endpoints: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Serve every server alone at /mcp/servers/NAME; a server's own `endpoint` overrides this."
+        ),
+    ] = False
+    direct_tool_names: Annotated[
+        Literal["colon", "underscore"],
+        msgspec.Meta(
+            description='Tool names on /mcp/direct: "colon" gives server:tool, "underscore" gives'
+            " server__tool (for LLM APIs that accept only [A-Za-z0-9_-]{1,64})."
+        ),
+    ] = "colon"
+    tools_limit: Annotated[
+        Annotated[int, msgspec.Meta(ge=1, le=100)],
+        msgspec.Meta(description="The number of results `retrieve_tools` returns when the client names none."),
+    ] = 15
+    tool_response_limit: Annotated[
+        Annotated[int, msgspec.Meta(ge=0)],
+        msgspec.Meta(
+            description="Characters of a tool result returned at once (0: no limit); the rest is kept for"
+            " `read_cache` to page through."
+        ),
+    ] = 20000
+    call_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(
+            description="Seconds a tools/call, resources/read or prompts/get may take; progress notifications"
+            " reset it. A server's policy may override it."
+        ),
+    ] = 120.0
+    data_dir: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Where state.sqlite, logs, OAuth tokens and proposals live (a relative path is relative"
+            " to the config file); unset: $STATE_DIRECTORY, else $XDG_DATA_HOME/mcpvisor."
+        ),
+    ] = None
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"],
+        msgspec.Meta(description="The least severe log level written (`serve --log-level` overrides it)."),
+    ] = "info"
+    max_body_bytes: Annotated[
+        Annotated[int, msgspec.Meta(ge=1024)],
+        msgspec.Meta(description="The largest HTTP request body accepted; a larger one gets 413."),
+    ] = 4 * 1024 * 1024
+    page_size: Annotated[
+        Annotated[int, msgspec.Meta(ge=1, le=10000)],
+        msgspec.Meta(description="Items per page of tools/list, resources/list, prompts/list and the like."),
+    ] = 500
+    allow_unauthenticated_network: Annotated[
+        bool,
+        msgspec.Meta(
+            description="true: listen on an address other hosts can reach without tenants or `[oauth]`, with a"
+            " warning at every start. Configure tenants instead."
+        ),
+    ] = False
+    enable_code_execution: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Offer the `code_execution` tool: JavaScript or TypeScript that calls upstream tools."
+        ),
+    ] = False
+    code_execution_timeout_ms: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)],
+        msgspec.Meta(description="Milliseconds one `code_execution` run may take."),
+    ] = 120000
+    code_execution_max_tool_calls: Annotated[
+        Annotated[int, msgspec.Meta(ge=0)],
+        msgspec.Meta(description="Tool calls one `code_execution` run may make (0: unlimited)."),
+    ] = 0
+    code_execution_max_parallel: Annotated[
+        Annotated[int, msgspec.Meta(ge=1, le=32)],
+        msgspec.Meta(description="Calls a `code_execution` run's `call_tools` makes at once unless it asks for fewer."),
+    ] = 8
+    allow_private_registry_fetch: Annotated[
+        bool,
+        msgspec.Meta(
+            description="true: allow registries whose host resolves to a loopback, private or link-local address."
+        ),
+    ] = False
+    client_server_changes: Annotated[
+        Literal["propose", "off"],
+        msgspec.Meta(
+            description='What an MCP client\'s `upstream_servers` changes become: "propose" keeps them pending'
+            ' until an operator runs `mcpvisor ctl approve NAME`; "off" refuses them.'
+        ),
+    ] = "propose"
+    activity_record_arguments: Annotated[
+        bool,
+        msgspec.Meta(
+            description="true: the activity log keeps each call's arguments and result too (16,384 characters"
+            " each, redacted); false: the call alone."
+        ),
+    ] = False
+    activity_retention_days: Annotated[
+        Annotated[float, msgspec.Meta(gt=0)],
+        msgspec.Meta(description="Activity rows older than this many days are pruned, at start and every minute."),
+    ] = 30.0
+    activity_max_rows: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)],
+        msgspec.Meta(description="The activity log keeps at most this many rows, dropping the oldest."),
+    ] = 100_000
+    tenant_idle_stop: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A tenant's workers stop after this many seconds without a request of that tenant (0: never)."
+        ),
+    ] = 600.0
+    admin_token_files: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Files that each hold one operator (admin) token, for container secrets; read at start,"
+            " kept as hashes."
+        ),
+    ] = []
 
 
 TENANT_NAME = SERVER_NAME
 
 
 class TenantConfig(_Strict):
-    """One `[tenants.NAME]` table: the servers a tenant's clients may use, and their limits.
+    """`[tenants.NAME]`: the servers a tenant's clients may use, and their limits.
 
     Each (tenant, server) pair is its own worker (id `tenant/server`), started on the tenant's
-    first request and stopped after `idle_stop` seconds without one.
+    first request and stopped after `idle_stop` seconds without one. Configuring any tenant means
+    every client presents a token (`mcpvisor token add NAME`).
     """
 
-    servers: list[str] = []
-    max_in_flight: Annotated[int, msgspec.Meta(ge=1)] = 32  # calls of this tenant running at once
-    calls_per_minute: Annotated[int, msgspec.Meta(ge=1)] | None = None  # None: no rate limit
-    idle_stop: Seconds | None = None  # None: [mcpvisor].tenant_idle_stop; 0: never stop
-    # Values of the OAuth claim (`[oauth].claim`) that mean this tenant, besides its own name.
-    claim_values: list[str] = []
-    # Files that each hold one token of this tenant (container secrets); read at start, kept as hashes.
-    token_files: list[str] = []
+    servers: Annotated[
+        list[str], msgspec.Meta(description="Names of `[servers.*]` tables this tenant's clients may use.")
+    ] = []
+    max_in_flight: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)],
+        msgspec.Meta(description="Calls of this tenant running at once; more get HTTP 429 at once."),
+    ] = 32
+    calls_per_minute: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(
+            description="A token bucket of calls per minute; over it, HTTP 429 with Retry-After. Unset: no rate limit."
+        ),
+    ] = None
+    idle_stop: Annotated[
+        Seconds | None,
+        msgspec.Meta(
+            description="Seconds without a request after which this tenant's workers stop (0: never); unset, the"
+            " `[mcpvisor]` `tenant_idle_stop` applies."
+        ),
+    ] = None
+    claim_values: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Values of the OAuth claim (`[oauth]` `claim`) that mean this tenant, besides its name."
+        ),
+    ] = []
+    token_files: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Files that each hold one token of this tenant (container secrets); read at start, kept as"
+            " hashes."
+        ),
+    ] = []
 
 
 class OAuthResourceConfig(_Strict):
-    """`[oauth]`: mcpvisor as an OAuth 2.1 resource server; JWT access tokens from one issuer."""
+    """`[oauth]`: mcpvisor as an OAuth 2.1 resource server, taking JWT access tokens from one issuer.
 
-    issuer: str  # the authorization server's issuer identifier (the `iss` of its tokens)
-    resource: str  # this mcpvisor's resource identifier: tokens must name it as their audience
-    jwks_uri: str | None = None  # else taken from the issuer's metadata
-    claim: str = "tenant"  # the claim (a string or a list of strings) that names the tenant
-    admin_values: list[str] = []  # values of `claim` that make the bearer an operator
-    scopes_supported: list[str] = []
-    algorithms: list[str] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "PS256", "EdDSA"])
-    leeway: Seconds = 30.0  # clock skew allowed on exp/nbf/iat
+    Clients with OAuth support find the issuer from mcpvisor's 401 and the protected resource
+    metadata (RFC 9728), log the user in, and send its access tokens.
+    """
+
+    issuer: Annotated[
+        str, msgspec.Meta(description="The authorization server's issuer identifier (the `iss` of its tokens).")
+    ]
+    resource: Annotated[
+        str,
+        msgspec.Meta(
+            description="This mcpvisor's resource identifier, as clients reach it: tokens must name it in `aud`."
+        ),
+    ]
+    jwks_uri: Annotated[
+        str | None,
+        msgspec.Meta(description="Where the issuer's signing keys are; unset, taken from the issuer's metadata."),
+    ] = None
+    claim: Annotated[
+        str,
+        msgspec.Meta(
+            description="The claim (a string or a list of strings) that names the tenant; a dotted name such as"
+            " realm_access.roles reaches into objects."
+        ),
+    ] = "tenant"
+    admin_values: Annotated[
+        list[str], msgspec.Meta(description="Values of `claim` that make the bearer an operator.")
+    ] = []
+    scopes_supported: Annotated[
+        list[str], msgspec.Meta(description="Scopes told to clients in the protected resource metadata.")
+    ] = []
+    algorithms: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Signature algorithms accepted; public-key algorithms only (`none` and the HS family are"
+            " refused)."
+        ),
+    ] = msgspec.field(default_factory=lambda: ["RS256", "ES256", "PS256", "EdDSA"])
+    leeway: Annotated[Seconds, msgspec.Meta(description="Seconds of clock skew allowed on `exp`, `nbf` and `iat`.")] = (
+        30.0
+    )
 
     def __post_init__(self) -> None:
         # `none` and the HMAC family would let anyone holding the issuer's public key forge tokens.
@@ -182,12 +495,21 @@ REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class RegistryConfig(_Strict):
-    """One `[registries.ID]` table: a server registry speaking the official MCP Registry API (v0.1)."""
+    """`[registries.ID]`: a server registry speaking the official MCP Registry API (v0.1).
 
-    name: str
-    url: str  # the registry's base URL; `/v0.1/servers` is appended
-    protocol: Literal["modelcontextprotocol/registry"] = "modelcontextprotocol/registry"
-    token: str | None = None  # a secret reference only: ${env:NAME} or ${file:PATH}
+    Clients search it with `search_servers` for servers to propose. ID is 1-64 letters, digits,
+    `_` or `-`.
+    """
+
+    name: Annotated[str, msgspec.Meta(description="The registry's name, as `list_registries` shows it.")]
+    url: Annotated[str, msgspec.Meta(description="The registry's base http(s) URL; `/v0.1/servers` is appended.")]
+    protocol: Annotated[
+        Literal["modelcontextprotocol/registry"], msgspec.Meta(description="The API the registry speaks.")
+    ] = "modelcontextprotocol/registry"
+    token: Annotated[
+        str | None,
+        msgspec.Meta(description="A bearer token for the registry, as a reference only: ${env:NAME} or ${file:PATH}."),
+    ] = None
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
