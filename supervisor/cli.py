@@ -155,12 +155,24 @@ def cmd_ctl(args: argparse.Namespace) -> int:
     return ctl.main(args.rest, _config_path(None))
 
 
+def version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("mcpvisor")
+    except PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcpvisor",
         description="A supervised MCP aggregator: one MCP endpoint in front of many upstream MCP servers, "
         "each in its own worker process, kept running like programs under supervisord.",
     )
+    parser.add_argument("--version", action="version", version=f"mcpvisor {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the supervisor, the frontend and one worker per server")

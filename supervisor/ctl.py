@@ -199,6 +199,17 @@ def command_help() -> str:
     return "\n".join(lines)
 
 
+def command_usage(spec: Any) -> str:
+    """`ctl help NAME` and `ctl NAME --help`: the usage line, the command's docstring, the options ctl adds."""
+    options = [("--json", "print the result as JSON")]
+    if spec.name in ("tail", "activity"):
+        options.insert(0, ("-f", "follow what is appended, until interrupted"))
+    if spec.name == "login":
+        options.insert(0, ("--no-wait", "print the URL and return without waiting for the login"))
+    listed = "\n".join(f"  {flag:<11}{text}" for flag, text in options)
+    return f"usage: mcpvisor ctl {spec.usage or spec.name}\n\n{spec.help}\n\noptions:\n{listed}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcpvisor ctl",
@@ -232,13 +243,17 @@ def main(argv: list[str], config_path: Path) -> int:
         if spec is None or not spec.ctl:
             print(f"no such command: {opts.args[0]}", file=sys.stderr)
             return EXIT_UNKNOWN
-        print(f"usage: mcpvisor ctl {spec.usage or spec.name}\n\n{spec.help}")
+        print(command_usage(spec))
         return 0
     spec = registry.get(opts.command)
     if spec is None or not spec.ctl:
         print(f"no such command: {opts.command} (see mcpvisor ctl help)", file=sys.stderr)
         return EXIT_UNKNOWN
     args = list(opts.args)
+    if "-h" in args or "--help" in args:
+        # Answered here, before the control socket is looked for: help must not need a running mcpvisor.
+        print(command_usage(spec))
+        return 0
     if "--json" in args:  # `ctl approve NAME --json` means what `ctl --json approve NAME` does
         args = [arg for arg in args if arg != "--json"]
         opts.json = True
