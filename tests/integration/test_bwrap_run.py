@@ -1,0 +1,103 @@
+"""The argv `wire.bwrap` builds, run by the real bubblewrap: what the process inside can see and do."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.wire.bwrap import HOME, Bind, Mask, SandboxSpec, bwrap_argv, system_binds
+
+BWRAP = shutil.which("bwrap")
+pytestmark = pytest.mark.skipif(BWRAP is None, reason="system package missing: bubblewrap")
+
+PROBE = r"""
+import json, os, socket, sys
+def can_read(path):
+    try:
+        with open(path) as f:
+            f.read()
+        return True
+    except OSError:
+        return False
+def listing(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+open(os.path.join(os.environ["HOME"], "written"), "w").write("ok")
+print(json.dumps({
+    "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+    "cap_eff": status["CapEff"].strip(), "cap_bnd": status["CapBnd"].strip(),
+    "no_new_privs": status["NoNewPrivs"].strip(),
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "interfaces": [name for _, name in socket.if_nameindex()],
+    "env": sorted(os.environ),
+    "shadow": can_read("/etc/shadow"),
+    "secret_dir": listing(sys.argv[1]),
+    "secret_file": can_read(sys.argv[2]),
+    "outside": os.path.exists(sys.argv[3]),
+}))
+"""
+
+
+def python_prefix() -> list[Bind]:
+    """The running interpreter's install prefix and virtualenv, as an upstream's would be bound."""
+    real = Path(os.path.realpath(sys.executable)).parents[1]
+    binds = [Bind(source=str(real))]
+    if sys.prefix != str(real):
+        binds.append(Bind(source=sys.prefix))
+    return binds
+
+
+def test_a_process_in_the_sandbox_sees_only_what_was_bound(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    hidden = tmp_path / "shown" / "config"
+    hidden.mkdir(parents=True)
+    (hidden / "admin.token").write_text("not for the sandbox")
+    secret = tmp_path / "shown" / "secret.txt"
+    secret.write_text("s3cret")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    privileged = os.geteuid() == 0
+    uid = 1_234_567 if privileged else os.getuid()
+    os.chown(home, uid, uid)
+    spec = SandboxSpec(
+        system=system_binds(),
+        binds=(*python_prefix(), Bind(source=str(tmp_path / "shown"))),
+        home=str(home),
+        masks=(Mask(path=str(hidden)), Mask(path=str(secret), directory=False)),
+        network=False,
+        uid=uid,
+    )
+    argv = bwrap_argv(
+        spec,
+        [sys.executable, "-c", PROBE, str(hidden), str(secret), str(elsewhere)],
+        privileged=privileged,
+        bwrap=BWRAP or "bwrap",
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": HOME, "LANG": "C.UTF-8", "ONLY_THIS": "1"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["uid"] == uid and seen["gid"] == uid
+    assert seen["cap_eff"] == "0000000000000000" and seen["cap_bnd"] == "0000000000000000"
+    assert seen["no_new_privs"] == "1"
+    # Its own PID namespace: bwrap's init and the probe, nothing of the host.
+    assert max(seen["pids"]) < 10
+    assert seen["interfaces"] == ["lo"]
+    # What it was given, and the PWD bwrap sets when it changes dir: nothing of the caller's.
+    assert seen["env"] == ["HOME", "LANG", "ONLY_THIS", "PATH", "PWD"]
+    assert seen["shadow"] is False
+    assert seen["secret_dir"] == [] and seen["secret_file"] is False
+    assert seen["outside"] is False
+    # The home is the host dir, writable, owned by the sandbox's uid.
+    assert (home / "written").read_text() == "ok"
+    assert (home / "written").stat().st_uid == uid

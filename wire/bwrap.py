@@ -1,0 +1,185 @@
+"""A sandbox as data: what a process may reach, turned into a bubblewrap command line.
+
+`bwrap_argv` is pure: it takes a `SandboxSpec` (binds, masks, namespaces, the uid) and the command
+to run inside, and returns the argv that starts `bwrap`. Finding out what the host looks like
+(`system_binds`, which of /lib, /bin ... are symlinks) is the only I/O here, kept apart so the
+builder is tested without running anything.
+
+Two ways to run it, chosen by the caller with `privileged`:
+- as root (a container's root, or a system service): bwrap does its mounts as real root, without
+  a user namespace, and the command runs through `setpriv` as `uid`/`gid` with every capability
+  and the bounding set dropped. A user namespace here would map the sandbox's uid back to real
+  root outside, so files, signals and /etc/shadow would still see root; an unprivileged uid does not.
+- as an ordinary user (a workstation): bwrap makes a user namespace, and the sandbox's uid is the
+  user's own; there is no other uid to switch to.
+
+The environment is never on the command line, where `ps` would show it to every user of the host:
+bwrap passes on the environment it was started with, so the caller hands the sandbox's environment
+to bwrap's own exec.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+
+import msgspec
+
+HOME = "/home/sandbox"  # the sandbox's home, whatever host directory backs it
+SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the sandbox's uid inside, as root only
+
+# The system a program needs, read-only: the merged-/usr dirs and /etc. Anything else is left out.
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+
+class Bind(msgspec.Struct, frozen=True, kw_only=True):
+    """A host path shown inside the sandbox, read-only unless `writable`."""
+
+    source: str
+    dest: str = ""  # empty: the same path as on the host
+    writable: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.dest or self.source
+
+
+class Symlink(msgspec.Struct, frozen=True, kw_only=True):
+    """A symlink made inside the sandbox (the host's /lib -> usr/lib on a merged-/usr system)."""
+
+    path: str
+    target: str
+
+
+class Mask(msgspec.Struct, frozen=True, kw_only=True):
+    """A host path that must not be seen although a bind would show it: an empty dir or file on top."""
+
+    path: str
+    directory: bool = True
+
+
+class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What one sandbox may reach. Everything not listed here does not exist inside."""
+
+    system: tuple[Bind | Symlink, ...] = ()  # from `system_binds()`
+    binds: tuple[Bind, ...] = ()  # the command's install prefix, its script, operator's extra binds
+    home: str | None = None  # host dir bound writable at HOME
+    masks: tuple[Mask, ...] = ()  # hidden wherever a bind above would show them
+    network: bool = True  # False: a network namespace of its own, with loopback only
+    cwd: str | None = None  # inside; None: HOME when there is one, else /
+    uid: int | None = None  # as root: the uid the command runs as (None: root's, not advised)
+    gid: int | None = None
+    hostname: str = "sandbox"
+
+
+def _dirs_above(path: str) -> list[str]:
+    parts = [part for part in path.split("/") if part]
+    return ["/" + "/".join(parts[:depth]) for depth in range(1, len(parts))]
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _shown_at(path: str, binds: Sequence[Bind]) -> list[str]:
+    """Where inside the sandbox the host `path` would be visible through these binds."""
+    seen = []
+    for bind in binds:
+        if _inside(path, bind.source):
+            seen.append(posixpath.join(bind.target, posixpath.relpath(path, bind.source)).rstrip("/.") or "/")
+    return seen
+
+
+def bwrap_argv(
+    spec: SandboxSpec, command: Sequence[str], *, privileged: bool, bwrap: str = "bwrap", setpriv: str = SETPRIV
+) -> list[str]:
+    """The argv that runs `command` inside the sandbox `spec` describes.
+
+    `privileged` says bwrap will run as root (see the module's docstring); then `spec.uid` is
+    the uid the command runs as, through `setpriv`.
+    """
+    if not command:
+        raise ValueError("no command to run in the sandbox")
+    argv = [bwrap]
+    if not privileged:
+        argv.append("--unshare-user")
+    # --unshare-all without the user namespace, which as root would hand the sandbox a uid that is
+    # root outside; --share-net's opposite is spelled out for the same reason.
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not spec.network:
+        argv.append("--unshare-net")
+    argv += ["--hostname", spec.hostname, "--die-with-parent", "--new-session"]
+    switch_uid = privileged and spec.uid is not None
+    argv += ["--cap-drop", "ALL"]
+    if switch_uid:
+        # Only setpriv holds these, for the one moment it switches uid; it drops them all itself.
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+
+    made: set[str] = set()  # dirs that exist inside already, and mount points below which all do
+
+    def parents(dest: str) -> None:
+        # bwrap would make missing parents with the mode of the host's (0700 for /root), which the
+        # sandbox's uid could not enter; make them 0755 first.
+        for directory in _dirs_above(dest):
+            if directory not in made and not any(_inside(directory, done) for done in mounted):
+                made.add(directory)
+                argv.extend(["--perms", "0755", "--dir", directory])
+
+    mounted: list[str] = []
+
+    for entry in spec.system:
+        if isinstance(entry, Symlink):
+            argv += ["--symlink", entry.target, entry.path]
+        else:
+            argv += ["--ro-bind", entry.source, entry.target]
+            mounted.append(entry.target)
+        made.add(entry.path if isinstance(entry, Symlink) else entry.target)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    made.update(("/proc", "/dev", "/tmp"))
+    for bind in spec.binds:
+        parents(bind.target)
+        argv += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]
+        mounted.append(bind.target)
+    if spec.home is not None:
+        parents(HOME)
+        argv += ["--bind", spec.home, HOME]
+    shown = [entry for entry in spec.system if isinstance(entry, Bind)] + list(spec.binds)
+    for mask in spec.masks:
+        for path in _shown_at(mask.path, shown):
+            if mask.directory:
+                argv += ["--perms", "0000", "--tmpfs", path]
+            else:
+                argv += ["--ro-bind", "/dev/null", path]
+    if spec.cwd is not None:
+        argv += ["--chdir", spec.cwd]
+    elif spec.home is not None:
+        argv += ["--chdir", HOME]
+    if switch_uid:
+        assert spec.uid is not None
+        gid = spec.gid if spec.gid is not None else spec.uid
+        argv += [
+            "--",
+            setpriv,
+            f"--reuid={spec.uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+    else:
+        argv.append("--")
+    argv += list(command)
+    return argv
+
+
+def system_binds(paths: Sequence[str] = SYSTEM_PATHS) -> tuple[Bind | Symlink, ...]:
+    """The host's system dirs as the sandbox shows them: symlinks stay symlinks, dirs are bound."""
+    found: list[Bind | Symlink] = []
+    for path in paths:
+        if os.path.islink(path):
+            found.append(Symlink(path=path, target=os.readlink(path)))
+        elif os.path.isdir(path):
+            found.append(Bind(source=path))
+    return tuple(found)
