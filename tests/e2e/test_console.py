@@ -28,9 +28,8 @@ from tests.support.stack import REPO, UPSTREAMS, Stack, echo_server, open_stack
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = os.environ.get("MCPVISOR_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="needs Debian's chromium (`apt-get install -y chromium`; .ci/run installs it)"
-)
+# tests/run installs it; a run without it lists it in its last lines (tests/conftest.py).
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="system package missing: chromium")
 DOCS = REPO / "docs"
 # The README's screenshots are retaken only when asked (MCPVISOR_SCREENSHOTS=1): a test run must not
 # change the work tree, and two runs of one checkout must not write the same files.
