@@ -4,14 +4,15 @@ Most of what clients send is a short POST to an MCP endpoint with a `Content-Len
 most answers are one JSON document. hypercorn serves each through h11's state machine, a task
 per request, a keep-alive timer task stopped and restarted around it and a send lock: about
 three quarters of the frontend's CPU for a listing page answered from cached bytes. Here such a
-request is read with one scan of its head, given to the same ASGI app with the whole body, and
+request is read by llhttp (http_reader.py), given to the same ASGI app with the whole body, and
 its answer written with one `send`.
 
 A connection starts here and stays here while its requests are plain; the first one that is not
-(another method, another path, chunked or `Expect` bodies, upgrades, anything malformed, a head
-or body past the limits) hands the connection, with every byte not yet served, to hypercorn,
-which serves the rest of it exactly as it serves connections it accepted itself, its errors
-included. Answers stream as hypercorn streams them: without a `content-length`, chunked, each
+(another method, another path, chunked or `Expect` bodies, upgrades, a head or body past the
+limits) hands the connection, with every byte not yet served, to hypercorn, which serves the rest
+of it exactly as it serves connections it accepted itself, its errors included; llhttp still reads
+every byte before hypercorn does. What llhttp refuses is answered 400 here and ends the
+connection. Answers stream as hypercorn streams them: without a `content-length`, chunked, each
 part written as the app sends it. A `receive` after the body waits for the client to go away
 (`http.disconnect`), which the SDK's streamed answers listen for.
 """
@@ -37,6 +38,8 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import parse_socket_addr, repr_socket_addr
 
+from mcpvisor.frontend.endpoints.http_reader import Plain, RequestReader
+
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
@@ -46,14 +49,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_RECV: Final = 2**16
 MAX_HEAD: Final = 16 * 1024  # h11's limit on a request's head: past it, hypercorn refuses it
-# What a request line must be to be served here; anything else is hypercorn's to serve or refuse.
-_REQUEST_LINE: Final = re.compile(rb"POST (/mcp[!$&'()*+,\-./0-9:;=?@A-Z_a-z~]*) HTTP/1\.1")
-# A header field's name and value (white space around it stripped) as RFC 9110 and h11 accept them;
-# neither pattern can backtrack, whatever a client sends.
-_NAME: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_VALUE: Final = re.compile(rb"[\x20-\x7e\x80-\xff\t]*")
-# Request headers that ask for something only hypercorn does (or refuses properly).
-_HANDED_OVER: Final = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"http2-settings"})
 _ASGI: Final = {"spec_version": "2.1", "version": "3.0"}
 # A dict in the scope of every request read here, the same for all requests of one connection: what
 # holds for the whole connection (its peer's uid) is found out once (frontend/endpoints/boundary.py).
@@ -62,9 +57,9 @@ _NO_BODY_STATUS: Final = frozenset({204, 304})
 _UNSAFE: Final = re.compile(rb"[\x00\r\n]")
 
 
-# A request read here: target, headers, body, and whether the connection ends after its answer.
-_Read = tuple[bytes, list[tuple[bytes, bytes]], bytes, bool]
-_HAND_OVER: Final[_Read] = (b"", [], b"", False)  # compared by identity: the request goes to hypercorn
+# What the next request is when it is not one to serve here.
+_HAND_OVER: Final = "hand over"  # hypercorn serves it and the rest of the connection
+_REFUSED: Final = "refused"  # llhttp refused it: answered 400, and the connection ends
 
 
 class _Date:
@@ -86,12 +81,14 @@ _date = _Date()
 
 
 class _Replayed(trio.abc.HalfCloseableStream):
-    """A connection whose first bytes were already read here: they come first, then the socket's."""
+    """A connection whose first bytes were already read here: they come first, then the socket's,
+    each checked by llhttp before hypercorn reads it."""
 
-    def __init__(self, stream: trio.SocketStream, pending: bytes) -> None:
+    def __init__(self, stream: trio.SocketStream, reader: RequestReader) -> None:
         self.stream = stream
         self.socket = stream.socket  # hypercorn reads the addresses from it
-        self._pending = pending
+        self._reader = reader
+        self._pending = reader.release()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if self._pending:
@@ -99,7 +96,12 @@ class _Replayed(trio.abc.HalfCloseableStream):
             data, self._pending = self._pending[:size], self._pending[size:]
             await trio.lowlevel.checkpoint()
             return data
-        return await self.stream.receive_some(max_bytes)
+        data = await self.stream.receive_some(max_bytes)
+        if data and not self._reader.feed(data):
+            # llhttp refused these bytes: hypercorn never sees them, and the connection ends for it.
+            log.debug("ending a connection: %s", self._reader.refused)
+            return b""
+        return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await self.stream.send_all(data)
@@ -235,7 +237,7 @@ class _Connection:
     def __init__(self, server: Http1Server, stream: trio.SocketStream) -> None:
         self.server = server
         self.stream = stream
-        self.buffer = bytearray()
+        self.reader = RequestReader(server.max_body, MAX_HEAD)
         self._watch: trio.CancelScope | None = None
         self._watch_done: trio.Event | None = None
         self._gone = trio.Event()
@@ -257,7 +259,7 @@ class _Connection:
                     handed_over = await self._serve(client, local)  # else the client went away
                 nursery.cancel_scope.cancel()
             if handed_over:
-                await self.server.fallback(_Replayed(self.stream, bytes(self.buffer)))
+                await self.server.fallback(_Replayed(self.stream, self.reader))
         finally:
             if not handed_over:
                 await self.stream.aclose()
@@ -270,15 +272,18 @@ class _Connection:
         while True:
             # The next request must arrive whole within the keep-alive timeout: an idle connection
             # ends, and so does one that sends its head or body too slowly to hold a slot forever.
-            read: _Read | None = None
+            read: Plain | str | None = None
             with trio.move_on_after(server.keep_alive_timeout):
                 read = await self._read_request()
             if read is None:
                 return False
             if read is _HAND_OVER:
                 return True
-            target, headers, body, close = read
-            path, _, query = target.partition(b"?")
+            if read is _REFUSED:
+                await self._refuse()
+                return False
+            assert isinstance(read, Plain)
+            path, _, query = read.target.partition(b"?")
             scope: Scope = {
                 "type": "http",
                 "http_version": "1.1",
@@ -289,7 +294,7 @@ class _Connection:
                 "raw_path": path,
                 "query_string": query,
                 "root_path": "",
-                "headers": headers,
+                "headers": read.headers,
                 "client": client,
                 "server": local,
                 "state": {},
@@ -298,7 +303,7 @@ class _Connection:
             }
             served += 1
             # As hypercorn does: a connection ends after so many requests, the last answer says so.
-            request = _Request(self, body, close or served >= server.max_requests)
+            request = _Request(self, read.body, read.close or served >= server.max_requests)
             try:
                 await server.app(scope, request.receive, request.send)
             except Exception:
@@ -311,47 +316,38 @@ class _Connection:
             if request.close or request.gone:
                 return False
 
-    async def _read_request(self) -> _Read | None:
-        """The next plain request, _HAND_OVER for one hypercorn must serve, None at the connection's end."""
-        if not self.buffer and not await self._fill():
-            return None
-        end = await self._head_end()
-        if end is None:
-            return None
-        if end < 0:
-            return _HAND_OVER
-        parsed = _parse_head(bytes(self.buffer[: end - 4]), self.server.max_body)
-        if parsed is None:
-            return _HAND_OVER
-        target, headers, length, close = parsed
-        while len(self.buffer) < end + length:
+    async def _read_request(self) -> Plain | str | None:
+        """The next plain request, _HAND_OVER or _REFUSED for one not served here, None at the connection's end."""
+        reader = self.reader
+        while True:
+            if reader.ready:
+                return reader.take()
+            if reader.refused is not None:
+                return _REFUSED
+            if reader.hand_over or reader.head_too_long():
+                return _HAND_OVER
             if not await self._fill():
-                return None  # the client left before sending the whole body
-        body = bytes(self.buffer[end : end + length])
-        del self.buffer[: end + length]
-        return target, headers, body, close
+                return None  # the client left, perhaps in the middle of a request
 
     async def _fill(self) -> bool:
-        """Read more of the connection into the buffer; False at its end."""
+        """Read more of the connection and give it to llhttp; False at its end."""
         data = await self.stream.receive_some(MAX_RECV)
         if not data:
             return False
-        self.buffer += data
+        self.reader.feed(data)
         return True
 
-    async def _head_end(self) -> int | None:
-        """Where the head of the next request ends; -1 for one to hand over, None at the connection's end."""
-        start = 0
-        while True:
-            end = self.buffer.find(b"\r\n\r\n", max(0, start - 3))
-            if end >= 0:
-                plain = end <= MAX_HEAD and self.buffer.find(b"\n\n", 0, end) < 0
-                return end + 4 if plain else -1
-            if len(self.buffer) > MAX_HEAD or self.buffer.find(b"\n\n") >= 0:
-                return -1  # too long, or lines ended by a bare LF: hypercorn answers it
-            start = len(self.buffer)
-            if not await self._fill():
-                return None
+    async def _refuse(self) -> None:
+        """Answer what llhttp refused with a 400 saying why, and end the connection."""
+        reason = (self.reader.refused or "malformed request").encode("ascii", "replace")
+        body = b"bad request: %b\n" % _UNSAFE.sub(b" ", reason)
+        head = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n" % len(body)
+        await self.stream.send_all(head + b"date: %b\r\nconnection: close\r\n\r\n%b" % (_date(), body))
+        # Closing with unread bytes would reset the connection and could drop the answer.
+        await self.stream.send_eof()
+        with trio.move_on_after(1):
+            while await self.stream.receive_some(MAX_RECV):
+                pass
 
     async def wait_gone(self) -> None:
         """Until the client closes the connection (read from it meanwhile: pipelined requests are kept)."""
@@ -365,7 +361,7 @@ class _Connection:
     async def _watching(self, scope: trio.CancelScope, done: trio.Event) -> None:
         try:
             with scope:
-                while len(self.buffer) <= MAX_HEAD + self.server.max_body:
+                while len(self.reader.buffer) <= MAX_HEAD + self.server.max_body and self.reader.refused is None:
                     if not await self._fill():
                         break
                 else:
@@ -381,41 +377,6 @@ class _Connection:
             self._watch.cancel()
             await self._watch_done.wait()
             self._watch = self._watch_done = None
-
-
-def _parse_head(head: bytes, max_body: int) -> tuple[bytes, list[tuple[bytes, bytes]], int, bool] | None:
-    """(target, headers, body length, close after) of a plain request, or None for one to hand over."""
-    lines = head.split(b"\r\n")
-    match = _REQUEST_LINE.fullmatch(lines[0])
-    if match is None:
-        return None
-    headers: list[tuple[bytes, bytes]] = []
-    length: int | None = None
-    close = False
-    has_host = False
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        value = value.strip(b" \t")
-        if not colon or _NAME.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
-            return None  # obsolete line folding among them
-        name = name.lower()
-        if name in _HANDED_OVER:
-            return None
-        if name == b"content-length":
-            if length is not None or not value.isdigit() or int(value) > max_body:
-                return None
-            length = int(value)
-        elif name == b"host":
-            has_host = True
-        elif name == b"connection":
-            tokens = {token.strip().lower() for token in value.split(b",")}
-            if b"upgrade" in tokens:
-                return None
-            close = b"close" in tokens
-        headers.append((name, value))
-    if length is None or not has_host:
-        return None
-    return match[1], headers, length, close
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,6 +1,7 @@
 """The frontend's HTTP/1.1 listener against raw sockets: plain MCP POSTs answered on its own path,
-every other request (and the rest of its connection) by hypercorn, and nothing a client sends
-stops the listener. Answers are parsed with h11, as a strict client would."""
+every other request (and the rest of its connection) by hypercorn, what llhttp refuses answered
+400 and never served, and nothing a client sends stops the listener. Answers are parsed with h11,
+as a strict client would."""
 
 from __future__ import annotations
 
@@ -189,10 +190,11 @@ async def test_a_request_not_plain_hands_the_rest_of_the_connection_to_hypercorn
         b"POST /mcp%2Fdirect HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
         b"POST /mcp HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
         b"POST /mcp HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
-        b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
         b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1) + b"x" * (MAX_BODY + 1),
+        b"POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: " + b"a" * MAX_HEAD + b"\r\nContent-Length: 2\r\n\r\n{}",
     ],
-    ids=["get", "other-path", "percent", "http-1.0", "expect", "two-lengths", "over-max-body"],
+    ids=["get", "other-path", "percent", "http-1.0", "expect", "over-max-body", "no-host", "head-too-long"],
 )
 async def test_requests_only_hypercorn_serves_are_handed_over_whole(request_bytes: bytes) -> None:
     app = Recorder()
@@ -204,45 +206,75 @@ async def test_requests_only_hypercorn_serves_are_handed_over_whole(request_byte
     assert response.status_code in (200, 400) and len(app.seen) == (1 if response.status_code == 200 else 0)
 
 
-@pytest.mark.parametrize(
-    ("request_bytes", "refused"),
-    [
-        (b"POST /mcp HTTP/1.1\r\nHost : x\r\nContent-Length: 2\r\n\r\n{}", True),
-        (b"POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", True),
-        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: -2\r\n\r\n{}", True),
-        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nBad: a\x00b\r\nContent-Length: 2\r\n\r\n{}", True),
-        # h11 reads these leniently; they are still not plain enough to be read here.
-        (b"POST /mcp HTTP/1.1\r\nHost: x\r\n Folded: yes\r\nContent-Length: 2\r\n\r\n{}", False),
-        (b"POST /mcp HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}", False),
-        # A value that would make a backtracking pattern take minutes.
-        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: a" + b" " * 15000 + b"\x01\r\nContent-Length: 2\r\n\r\n{}", False),
-        (b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: " + b"a" * MAX_HEAD + b"\r\nContent-Length: 2\r\n\r\n{}", False),
-    ],
-    ids=["space-before-colon", "no-host", "negative-length", "nul", "folded", "bare-lf", "spaces", "head-too-long"],
-)
-async def test_malformed_requests_are_hypercorns_to_answer_and_the_listener_lives(
-    request_bytes: bytes, refused: bool
+REFUSED = {
+    "space-before-colon": b"POST /mcp HTTP/1.1\r\nHost : x\r\nContent-Length: 2\r\n\r\n{}",
+    "negative-length": b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: -2\r\n\r\n{}",
+    "nul": b"POST /mcp HTTP/1.1\r\nHost: x\r\nBad: a\x00b\r\nContent-Length: 2\r\n\r\n{}",
+    "folded": b"POST /mcp HTTP/1.1\r\nHost: x\r\n Folded: yes\r\nContent-Length: 2\r\n\r\n{}",
+    "folded-value": b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\nContent-Length: 2\r\n\r\n{}",
+    "bare-lf": b"POST /mcp HTTP/1.1\nHost: x\nContent-Length: 2\n\n{}",
+    "bare-lf-one-line": b"POST /mcp HTTP/1.1\r\nHost: x\nContent-Length: 2\r\n\r\n{}",
+    # A value that would make a backtracking pattern take minutes.
+    "spaces": b"POST /mcp HTTP/1.1\r\nHost: x\r\nX: a" + b" " * 15000 + b"\x01\r\nContent-Length: 2\r\n\r\n{}",
+    # The classic smuggling shapes: each hides a second request where another parser may see one.
+    "cl-te": b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG",
+    "te-cl": (
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+        b"8\r\nSMUGGLED\r\n0\r\n\r\n"
+    ),
+    "two-lengths": b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+    "two-lengths-differ": b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 2\r\n\r\n{}",
+    "length-list": b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 2\r\n\r\n{}",
+    "te-space-colon": b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n",
+    "te-not-last": b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n",
+    "te-unknown": b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+    "chunk-bare-lf": b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\n{}\n0\n\n",
+}
+
+
+@pytest.mark.parametrize("request_bytes", list(REFUSED.values()), ids=list(REFUSED))
+async def test_what_llhttp_refuses_is_answered_400_here_reaches_no_app_and_the_listener_lives(
+    request_bytes: bytes,
 ) -> None:
     app = Recorder()
     async with listening(app) as (server, port):
         async with connect(port) as client:
-            await client.stream.send_all(request_bytes)
+            await client.stream.send_all(request_bytes + post("/mcp/smuggled"))
             with trio.fail_after(10):
                 answer = b""
-                while b"\r\n\r\n" not in answer:
-                    data = await client.stream.receive_some(65536)
-                    if not data:
-                        break
+                while data := await client.stream.receive_some(65536):
                     answer += data
-        assert server.handed_over == 1
-        status = answer.split(b"\r\n", 1)[0]
-        if refused:
-            assert app.seen == [] and status.startswith(b"HTTP/1.1 4")
-        else:
-            assert status.startswith((b"HTTP/1.1 200", b"HTTP/1.1 4"))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 ") and b"connection: close" in head
+        assert body.startswith(b"bad request: ") and answer.count(b"HTTP/1.1") == 1
+        assert app.seen == [] and server.handed_over == 0
         async with connect(port) as client:
             await client.send(post("/mcp", b"{}"))
             assert (await client.answer())[0].status_code == 200
+
+
+async def test_requests_before_a_refused_one_are_answered_and_none_after() -> None:
+    app = Recorder()
+    async with listening(app) as (_, port), connect(port) as client:
+        await client.send(post("/mcp/first") + REFUSED["cl-te"] + post("/mcp/smuggled"))
+        assert json.loads((await client.answer())[1])["path"] == "/mcp/first"
+        with trio.fail_after(10):
+            answer = b""
+            while data := await client.stream.receive_some(65536):
+                answer += data
+        assert answer.startswith(b"HTTP/1.1 400 ")
+    assert [seen["path"] for seen in app.seen] == ["/mcp/first"]
+
+
+async def test_after_the_hand_over_llhttp_still_reads_every_byte_before_hypercorn() -> None:
+    # h11 alone would read the folded header; here the connection ends before hypercorn sees it.
+    app = Recorder()
+    async with listening(app) as (server, port), connect(port) as client:
+        await client.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await client.answer())[0].status_code == 200
+        await client.stream.send_all(REFUSED["folded-value"] + post("/mcp/smuggled"))
+        assert await client.closed()
+    assert [seen["path"] for seen in app.seen] == ["/healthz"] and server.handed_over == 1
 
 
 async def test_a_streamed_answer_is_chunked_and_the_connection_kept() -> None:
