@@ -29,12 +29,13 @@ from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMet
 from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.gate.approvals import ToolApprovals
+from mcpvisor.frontend.gate.store_writer import StoreWriter
 from mcpvisor.frontend.stacks import Shared, Stacks
 from mcpvisor.wire import codec, frontend_spec, lifetime, logs
 from mcpvisor.wire.config import parse_listen
 from mcpvisor.wire.inbox import serve_messages
 from mcpvisor.wire.messages import ConfigChanged, EventMessage, ProcessEvent, Report
-from mcpvisor.wire.state_db import open_state_db
+from mcpvisor.wire.state_db import is_shared, open_store
 from mcpvisor.wire.states import ProcessState
 from mcpvisor.wire.tokens import TokenStore
 from mcpvisor.wire.zsocket import ZSocket
@@ -90,7 +91,8 @@ async def run(
     calls, events, control = ZSocket(calls_raw), ZSocket(events_raw), ZSocket(control_raw)
 
     control_client = ControlClient(control)
-    db = open_state_db(spec.data_dir)
+    db = open_store(spec.data_dir, settings.state_url)
+    writer = StoreWriter(db)
     catalog = Catalog(settings.direct_tool_names)
     router = Router(
         calls,
@@ -103,12 +105,13 @@ async def run(
         servers=spec.servers,
         tenants=spec.tenants,
         router=router,
-        gate=Gate(ToolApprovals(db)),
+        gate=Gate(ToolApprovals(db, writer)),
         activity=ActivityLog(
             db,
             record_arguments=settings.activity_record_arguments,
             retention_days=settings.activity_retention_days,
             max_rows=settings.activity_max_rows,
+            writer=writer,
         ),
         metrics=Metrics(catalog, status=lambda: control_client.call("status"), workers=router.catalogs.workers),
         control=control_client,
@@ -126,7 +129,7 @@ async def run(
     stacks = Stacks(shared, nursery_of)
     merged = MergedCatalog(router.catalogs)
     # The definitions behind the pins, kept so the operator sees what a changed tool changed.
-    archive = DefinitionArchive(db, shared.gate.approvals, merged)
+    archive = DefinitionArchive(db, shared.gate.approvals, merged, writer)
 
     def catalog_changed(worker: str) -> None:
         stacks.catalog_changed(worker)
@@ -191,6 +194,11 @@ async def run(
         async with trio.open_nursery() as nursery:
             services = nursery
             nursery.start_soon(router.serve)
+            nursery.start_soon(writer.serve)
+            if is_shared(db):
+                from mcpvisor.frontend.gate.shared_pins import serve_following_pins  # loads the driver
+
+                nursery.start_soon(serve_following_pins, db, shared.gate.approvals, decided)
             nursery.start_soon(shared.activity.serve_pruning)
             nursery.start_soon(serve_events, events, router, stacks)
             # The plain stack serves the workstation (and operators when there are tenants).

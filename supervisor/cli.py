@@ -48,7 +48,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (warning := trust.exposure_warning(config.mcpvisor, authenticated=config.authenticated)) is not None:
         logging.getLogger("mcpvisor.supervisor").warning("%s", warning)
     configstore.remove_stale_temp(path)
-    trio.run(serve, config, path)
+    shared = None
+    if config.mcpvisor.state_url:
+        from mcpvisor.supervisor.shared import SharedState
+        from mcpvisor.wire.state_url import StateStoreError
+
+        try:
+            shared = SharedState.open(config.mcpvisor.state_url)
+        except StateStoreError as exc:
+            logging.getLogger("mcpvisor.supervisor").error("cannot start: %s", exc)
+            print(f"mcpvisor: {exc}", file=sys.stderr)
+            return 1
+    try:
+        trio.run(serve, config, path, shared)
+    finally:
+        if shared is not None:
+            shared.close()
     return 0
 
 
@@ -91,13 +106,18 @@ def cmd_token(args: argparse.Namespace) -> int:
     import datetime
     import json
 
-    from mcpvisor.wire.state_db import open_state_db
+    from mcpvisor.wire.state_db import open_store
+    from mcpvisor.wire.state_url import StateStoreError
     from mcpvisor.wire.tokens import TokenError, TokenStore, parse_expiry
 
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
-    db = open_state_db(str(config_mod.data_dir(config, path.resolve())))
+    try:
+        db = open_store(str(config_mod.data_dir(config, path.resolve())), config.mcpvisor.state_url)
+    except StateStoreError as exc:
+        print(f"mcpvisor: token {args.token_command}: {exc}", file=sys.stderr)
+        return 1
     store = TokenStore(db)
 
     def when(value: float | None) -> str:
@@ -136,6 +156,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     except TokenError as exc:
         print(f"mcpvisor: token {args.token_command}: {exc}", file=sys.stderr)
         return 4 if args.token_command == "revoke" else 2
+    except StateStoreError as exc:
+        print(f"mcpvisor: token {args.token_command}: {exc}", file=sys.stderr)
+        return 1
     finally:
         db.close()
     return 0

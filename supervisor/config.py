@@ -23,6 +23,7 @@ from mcpvisor.wire.config import (
     parse_listen,
 )
 from mcpvisor.wire.secrets import SECRET_REF
+from mcpvisor.wire.state_url import check_url
 from mcpvisor.wire.trust import exposure_problem
 
 
@@ -103,6 +104,11 @@ def _check(config: Config, text: str, source: str) -> None:
     # Here rather than at start-up alone, so that a reload cannot open the listener either.
     if (problem := exposure_problem(config.mcpvisor, authenticated=config.authenticated)) is not None:
         raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'listen']) or '?'}: {problem}")
+    if config.mcpvisor.state_url is not None:
+        try:
+            check_url(config.mcpvisor.state_url)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'state_url']) or '?'}: {exc}") from None
     for name, server in config.servers.items():
         where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
         if name == "frontend":

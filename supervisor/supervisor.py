@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -45,6 +45,9 @@ from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
+
+if TYPE_CHECKING:  # the database driver loads only with a shared store
+    from mcpvisor.supervisor.shared import SharedState
 
 log = logging.getLogger("mcpvisor.supervisor")
 
@@ -134,8 +137,20 @@ def diff_configs(old: Config, new: Config) -> ConfigDiff:
 class Supervisor:
     """The process table, the event socket and the control socket."""
 
-    def __init__(self, config: Config, config_path: Path, *, notifier: Notifier | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        config_path: Path,
+        *,
+        notifier: Notifier | None = None,
+        shared: SharedState | None = None,
+        base: Config | None = None,
+    ) -> None:
         self.config = config
+        # With a shared store (`state_url`), `config` is the file (`base`) with the run-time
+        # changes of every replica over it, and the file is never written (supervisor/shared.py).
+        self.shared = shared
+        self.base = config if base is None else base
         self.config_path = config_path.resolve()
         self.data_dir = config_mod.data_dir(config, self.config_path)
         self.log_dir = self.data_dir / "logs"
@@ -148,7 +163,12 @@ class Supervisor:
         self.notifier = notifier or Notifier()
         self.commands = load_all()
         # Clients' proposed changes to the servers, waiting for an operator (kept across restarts).
-        self.proposals = ProposalStore.load(self.data_dir)
+        if shared is not None:
+            from mcpvisor.supervisor.shared import SharedProposals
+
+            self.proposals: ProposalStore = SharedProposals(shared.store, self.data_dir)
+        else:
+            self.proposals = ProposalStore.load(self.data_dir)
         self.proposals.prune(config.servers)
         self.config_version = 0
         self._events: ZSocket | None = None
@@ -530,8 +550,12 @@ class Supervisor:
     # -- config commands -------------------------------------------------------------------------
 
     def reread(self) -> tuple[Config, ConfigDiff]:
-        new = config_mod.load(self.config_path)
+        new = self._with_shared(config_mod.load(self.config_path))
         return new, diff_configs(self.config, new)
+
+    def _with_shared(self, base: Config) -> Config:
+        """The config file `base` as this replica runs it: with the shared store's run-time changes over it."""
+        return self.shared.overlay(base) if self.shared is not None else base
 
     async def apply(self, new: Config, diff: ConfigDiff) -> ConfigDiff:
         """Make the running processes match `new`: touch only what the diff names."""
@@ -561,10 +585,31 @@ class Supervisor:
     async def update(self) -> ConfigDiff:
         """Reread the file and apply it; a broken file changes nothing (ConfigError)."""
         async with self._ops_lock:
-            new, diff = self.reread()
+            base = config_mod.load(self.config_path)
+            new = self._with_shared(base)
+            self.base = base
+            diff = diff_configs(self.config, new)
             if diff.empty:
                 return diff
             return await self.apply(new, diff)
+
+    async def follow_shared(self) -> None:
+        """Apply the run-time changes another replica made through the shared store (and any missed)."""
+        assert self.shared is not None
+        async with self._ops_lock:
+            new = await trio.to_thread.run_sync(self.shared.overlay, self.base)
+            if new != self.config:
+                diff = diff_configs(self.config, new)
+                log.info(
+                    "shared store: applying run-time changes (added %s, changed %s, removed %s)",
+                    diff.added,
+                    diff.changed,
+                    diff.removed,
+                )
+                await self.apply(new, diff)
+
+    async def follow_proposals(self) -> None:
+        await trio.to_thread.run_sync(self.proposals.reload)  # type: ignore[attr-defined]
 
     async def reload(self, new: Config) -> None:
         """Restart every process with `new`."""
@@ -586,7 +631,10 @@ class Supervisor:
         """
         async with self._ops_lock:
             new = configstore.with_server(self.config, name, server, tenant=tenant)
-            configstore.save_server(self.config_path, new, name, server)
+            if self.shared is not None:
+                await trio.to_thread.run_sync(lambda: self.shared.record_server(name, server, tenant=tenant))
+            else:
+                configstore.save_server(self.config_path, new, name, server)
             await self.apply(new, diff_configs(self.config, new))
 
     # -- running ---------------------------------------------------------------------------------
@@ -610,6 +658,8 @@ class Supervisor:
                 nursery.start_soon(self._serve_watchdog)
                 nursery.start_soon(self.forkserver.serve)
                 nursery.start_soon(self._serve_systemd_watchdog)
+                if self.shared is not None:
+                    nursery.start_soon(self.shared.serve_watching, self.follow_shared, self.follow_proposals)
                 self._add_program(FRONTEND, self.frontend_launch(), FRONTEND_POLICY).start()
                 self._start_workers(desired_workers(self.config))
                 log.info(
@@ -637,9 +687,15 @@ class Supervisor:
                     os.unlink(endpoint.removeprefix("ipc://"))
 
 
-async def serve(config: Config, config_path: Path) -> None:
-    """Run the supervisor until SIGTERM/SIGINT or `ctl shutdown`; SIGHUP applies the config file."""
-    supervisor = Supervisor(config, config_path)
+async def serve(config: Config, config_path: Path, shared: SharedState | None = None) -> None:
+    """Run the supervisor until SIGTERM/SIGINT or `ctl shutdown`; SIGHUP applies the config file.
+
+    With `shared`, `config` is the file; the shared store's run-time changes are applied over it.
+    """
+    base = config
+    if shared is not None:
+        config = await trio.to_thread.run_sync(shared.overlay, base)
+    supervisor = Supervisor(config, config_path, shared=shared, base=base)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
 

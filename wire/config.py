@@ -384,6 +384,13 @@ class Settings(_Strict):
             " kept as hashes."
         ),
     ] = []
+    state_url: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="A PostgreSQL URL (postgresql://USER:PASSWORD@HOST:PORT/DB) of a state store shared by"
+            " replicas; the password may be a ${env:NAME} or ${file:PATH} reference. Unset: SQLite in the data dir."
+        ),
+    ] = None
 
 
 TENANT_NAME = SERVER_NAME

@@ -3,6 +3,9 @@
 Holds what is not configuration: the activity log of calls, the hashes of approved tools, and
 the hashes of access tokens. The frontend writes calls and pins; `mcpvisor token` writes tokens,
 whether or not mcpvisor runs (SQLite's locking keeps the writers apart).
+
+With `[mcpvisor] state_url` the same tables live in PostgreSQL instead (wire/state_pg.py), shared
+by replicas; `open_store` gives whichever the settings name, and the code above it is the same.
 """
 
 from __future__ import annotations
@@ -10,12 +13,20 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from mcpvisor.wire.logs import private_dirs
+from mcpvisor.wire.state_url import StateStoreError
 
 STATE_FILE: Final = "state.sqlite"
+
+# The shared store's NOTIFY channel, and its topics (payloads): what changed.
+CHANNEL: Final = "mcpvisor_state"
+PINS: Final = "pins"
+SERVERS: Final = "servers"
+PROPOSALS: Final = "proposals"
 
 # Each entry upgrades the schema by one version; `PRAGMA user_version` records how far a file got.
 _MIGRATIONS: Final[tuple[str, ...]] = (
@@ -108,3 +119,49 @@ def open_state_db(data_dir: str) -> sqlite3.Connection:
     for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
         db.executescript(f"BEGIN; {script} PRAGMA user_version = {number}; COMMIT;")
     return db
+
+
+def open_store(data_dir: str, state_url: str | None) -> Any:
+    """The state store the settings name: PostgreSQL at `state_url` (a `PostgresState`), else SQLite.
+
+    Either answers `execute`/`executemany` as an `sqlite3.Connection` does. The shared store's
+    schema is brought up to date here (StateStoreError says why it cannot be used).
+    """
+    if not state_url:
+        return open_state_db(data_dir)
+    from mcpvisor.wire.state_pg import PostgresState  # the driver loads only where it is used
+
+    store = PostgresState(state_url)
+    store.migrate()
+    return store
+
+
+def is_shared(db: Any) -> bool:
+    """Whether `db` is the shared (network) store, whose calls must stay off an event loop."""
+    return bool(getattr(db, "remote", False))
+
+
+@contextlib.contextmanager
+def transaction(db: Any) -> Iterator[Any]:
+    """Statements that commit together on either store; yields what to `execute` them on."""
+    if is_shared(db):
+        with db.transaction() as session:
+            yield session
+        return
+    db.execute("BEGIN")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def notify(session: Any, topic: str) -> None:
+    """Tell other replicas that `topic` changed (with the transaction, on the shared store; else nothing)."""
+    if hasattr(session, "notify"):
+        session.notify(topic)
+
+
+# What a failing store raises, whichever it is: callers that survive a failing store catch these.
+STORE_ERRORS: Final = (sqlite3.Error, StateStoreError)

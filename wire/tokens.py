@@ -13,8 +13,16 @@ import hmac
 import secrets
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar
+
+import trio
+
+from mcpvisor.wire.state_db import is_shared
+from mcpvisor.wire.state_url import StateStoreError
+
+_T = TypeVar("_T")
 
 PREFIX: Final = "mcpv_"  # tells a token of this store from a JWT, and makes leaked ones easy to find
 # `last_used` is written at most this often per token: a call must not wait for a disk write.
@@ -52,11 +60,29 @@ def _digest(token: str) -> str:
 
 
 class TokenStore:
-    """The `tokens` table of the state store (wire/state_db.py)."""
+    """The `tokens` table of the state store (wire/state_db.py), SQLite's or the shared one.
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    The `a*` methods are for an event loop: on the shared store they run in a worker thread.
+    """
+
+    def __init__(self, db: Any) -> None:
         self.db = db
         self._touched: dict[str, float] = {}
+
+    async def _off_loop(self, call: Callable[[], _T]) -> _T:
+        return await trio.to_thread.run_sync(call) if is_shared(self.db) else call()
+
+    async def acheck(self, token: str) -> TokenInfo | None:
+        return await self._off_loop(lambda: self.check(token))
+
+    async def alist(self) -> list[TokenInfo]:
+        return await self._off_loop(self.list)
+
+    async def aadd(self, tenant: str, *, admin: bool = False, expires: float | None = None) -> tuple[TokenInfo, str]:
+        return await self._off_loop(lambda: self.add(tenant, admin=admin, expires=expires))
+
+    async def arevoke(self, token_id: str) -> TokenInfo:
+        return await self._off_loop(lambda: self.revoke(token_id))
 
     def add(self, tenant: str, *, admin: bool = False, expires: float | None = None) -> tuple[TokenInfo, str]:
         """A new token for `tenant`: its row, and the token (shown once, never stored)."""
@@ -97,7 +123,8 @@ class TokenStore:
             return None
         if now - self._touched.get(row[0], 0.0) >= TOUCH_INTERVAL:
             self._touched[row[0]] = now
-            with contextlib.suppress(sqlite3.OperationalError):  # busy: the next use records it
+            # Busy, or the shared store failing: the next use records it.
+            with contextlib.suppress(sqlite3.OperationalError, StateStoreError):
                 self.db.execute("UPDATE tokens SET last_used = ? WHERE id = ?", (now, row[0]))
         return TokenInfo(row[0], row[2], bool(row[3]), row[4], row[5], now)
 

@@ -14,7 +14,6 @@ import difflib
 import json
 import logging
 import re
-import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -37,7 +36,9 @@ from mcpvisor.frontend.endpoints.console import (
     session_cookie,
 )
 from mcpvisor.frontend.gate.approvals import ToolApprovals, definition_hash
+from mcpvisor.frontend.gate.store_writer import StoreWriter
 from mcpvisor.wire.config import ServerConfig, TenantConfig
+from mcpvisor.wire.state_db import STORE_ERRORS, is_shared
 from mcpvisor.wire.tokens import TokenError, TokenStore, parse_expiry
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,11 @@ class DefinitionArchive:
     pin is then compared with the one that was approved.
     """
 
-    def __init__(self, db: sqlite3.Connection, approvals: ToolApprovals, catalog: Views) -> None:
+    def __init__(self, db: Any, approvals: ToolApprovals, catalog: Views, writer: StoreWriter | None = None) -> None:
         self.db = db
         self.approvals = approvals
         self.catalog = catalog
+        self._writer = writer or StoreWriter(db)
         db.execute(
             "CREATE TABLE IF NOT EXISTS approved_definitions (server TEXT NOT NULL, name TEXT NOT NULL,"
             " hash TEXT NOT NULL, definition TEXT NOT NULL, PRIMARY KEY (server, name))"
@@ -120,15 +122,25 @@ class DefinitionArchive:
                 rows.append((server, name, digest, json.dumps(tool, sort_keys=True)))
         if not rows:
             return
-        try:
+
+        def write() -> None:
             self.db.executemany(
                 "INSERT INTO approved_definitions (server, name, hash, definition) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (server, name) DO UPDATE SET hash = excluded.hash, definition = excluded.definition"
                 " WHERE approved_definitions.hash != excluded.hash",
                 rows,
             )
-        except sqlite3.Error as exc:  # the diff is a convenience; the pins themselves are elsewhere
+
+        try:
+            self._writer.submit(write, f"the approved definitions of {server}")
+        except STORE_ERRORS as exc:  # the diff is a convenience; the pins themselves are elsewhere
             log.warning("cannot record the approved definitions of %s: %s", server, exc)
+
+    async def aapproved(self, server: str, name: str) -> dict[str, Any] | None:
+        """`approved`, off the event loop when the store is shared."""
+        if is_shared(self.db):
+            return await trio.to_thread.run_sync(self.approved, server, name)
+        return self.approved(server, name)
 
     def approved(self, server: str, name: str) -> dict[str, Any] | None:
         """The approved definition of a tool, if it was seen while approved."""
@@ -525,7 +537,7 @@ class AdminApi:
             if review.get("approval") not in ("changed since approval", "new since approval"):
                 continue
             tool = review["tool"]
-            before = self.archive.approved(name, tool) if self.archive is not None else None
+            before = await self.archive.aapproved(name, tool) if self.archive is not None else None
             after = current.get(tool)
             known = before is not None or review["approval"] == "new since approval"
             diffs.append(
@@ -554,7 +566,7 @@ class AdminApi:
 
     async def tenants(self, **_: Any) -> tuple[int, Any]:
         counts: dict[str, int] = {}
-        for info in self.tokens.list() if self.tokens is not None else []:
+        for info in await self.tokens.alist() if self.tokens is not None else []:
             counts[info.tenant] = counts.get(info.tenant, 0) + 1
         return 200, {
             "tenants": [
@@ -569,7 +581,7 @@ class AdminApi:
         return self.tokens
 
     async def list_tokens(self, **_: Any) -> tuple[int, Any]:
-        return 200, {"tokens": [info.as_row() for info in self._token_store().list()]}
+        return 200, {"tokens": [info.as_row() for info in await self._token_store().alist()]}
 
     # -- changes -----------------------------------------------------------------------------------
 
@@ -635,7 +647,7 @@ class AdminApi:
         if expires is not None and not isinstance(expires, str):
             raise ApiError(400, '"expires" is a duration (30d, 12h) or an ISO date')
         try:
-            info, token = store.add(tenant, admin=admin, expires=parse_expiry(expires) if expires else None)
+            info, token = await store.aadd(tenant, admin=admin, expires=parse_expiry(expires) if expires else None)
         except TokenError as exc:
             raise ApiError(400, str(exc)) from None
         log.info("token %s added for tenant %r over the admin API (admin: %s)", info.id, tenant, admin)
@@ -643,7 +655,7 @@ class AdminApi:
 
     async def revoke_token(self, *, id: str, **_: Any) -> tuple[int, Any]:
         try:
-            info = self._token_store().revoke(id)
+            info = await self._token_store().arevoke(id)
         except TokenError as exc:
             raise ApiError(404, str(exc)) from None
         return 200, {**info.as_row(), "revoked": True}

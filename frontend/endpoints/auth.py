@@ -105,7 +105,7 @@ class Authenticator:
                 raise InvalidToken("the token's tenant is no longer configured")
             return found
         if token.startswith(TOKEN_PREFIX):
-            info = self.tokens.check(token)
+            info = await self.tokens.acheck(token)
             if info is None:
                 raise InvalidToken("the token is unknown, revoked or expired")
             if info.admin:

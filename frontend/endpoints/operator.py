@@ -10,7 +10,6 @@ configuration, so approving or blocking a whole server goes back to the supervis
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +32,7 @@ from mcpvisor.wire.operator import (
     PendingServer,
     ToolReview,
 )
+from mcpvisor.wire.state_db import STORE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Operator:
             result = await self._run(request)
         except OperatorError as exc:
             return OperatorReply(id=request.id, error=exc.message, exit_code=exc.exit_code)
-        except sqlite3.Error as exc:
+        except STORE_ERRORS as exc:
             log.error("operator %s: the state store failed: %s", request.action, exc)
             return OperatorReply(id=request.id, error=f"the state store failed: {exc}", exit_code=_EXIT_ERROR)
         # Anything else is a bug; the frontend must outlive it, the log gets the traceback.
@@ -182,6 +182,8 @@ class Operator:
         hashes = self.approvals.approve(name, [current[tool] for tool in sorted(keep)])
         if not tools:  # approving the whole server approves its prompts as they are now, too
             self.approvals.approve(name, self.catalog.servers[name].prompts, "prompt")
+        # In the shared store before the quarantine is lifted: other replicas follow both.
+        await self.approvals.flush()
         if config.quarantined:
             await self._set_quarantined(name, False)
         self._changed(name)
@@ -203,6 +205,7 @@ class Operator:
         self._check_tools(name, tools, current)
         keep = self._approved_now(name, config, current) - set(tools)
         hashes = self.approvals.approve(name, [current[tool] for tool in sorted(keep)])
+        await self.approvals.flush()
         self._changed(name)
         return Decision(
             name=name,

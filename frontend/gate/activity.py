@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 import time
 import uuid
 from collections.abc import Mapping
@@ -21,7 +20,9 @@ from typing import Any, Final, Literal
 import msgspec
 import trio
 
+from mcpvisor.frontend.gate.store_writer import StoreWriter
 from mcpvisor.wire.redaction import redact_secrets
+from mcpvisor.wire.state_db import STORE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +142,15 @@ class ActivityLog:
 
     def __init__(
         self,
-        db: sqlite3.Connection,
+        db: Any,
         *,
         record_arguments: bool = False,
         retention_days: float = 30.0,
         max_rows: int = 100_000,
+        writer: StoreWriter | None = None,
     ) -> None:
         self._db = db
+        self._writer = writer or StoreWriter(db)
         self.record_arguments = record_arguments
         self.retention_days = retention_days
         self.max_rows = max_rows
@@ -173,31 +176,36 @@ class ActivityLog:
     ) -> None:
         """Log one call (`duration` in seconds); a failing disk is logged, never fails the call."""
         keep = self.record_arguments
-        try:
+        row = (
+            request_id,
+            time.time(),
+            client,
+            tenant,
+            endpoint,
+            kind,
+            server,
+            tool,
+            variant,
+            None if intent is None else json.dumps(dict(intent), ensure_ascii=False),
+            outcome,
+            round(duration * 1000, 3),
+            result_bytes,
+            _stored(arguments) if keep and arguments is not None else None,
+            _stored(result) if keep and result is not None else None,
+            *trace,
+        )
+
+        def write() -> None:
             self._db.execute(
                 "INSERT INTO calls (request_id, time, client, tenant, endpoint, kind, server, tool, variant, intent,"
                 " outcome, duration_ms, result_bytes, arguments, result, traceparent, tracestate)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    request_id,
-                    time.time(),
-                    client,
-                    tenant,
-                    endpoint,
-                    kind,
-                    server,
-                    tool,
-                    variant,
-                    None if intent is None else json.dumps(dict(intent), ensure_ascii=False),
-                    outcome,
-                    round(duration * 1000, 3),
-                    result_bytes,
-                    _stored(arguments) if keep and arguments is not None else None,
-                    _stored(result) if keep and result is not None else None,
-                    *trace,
-                ),
+                row,
             )
-        except sqlite3.Error as exc:
+
+        try:
+            self._writer.submit(write, f"a call to {server}:{tool}")
+        except STORE_ERRORS as exc:
             log.error("activity log: cannot record a call to %s:%s: %s", server, tool, exc)
 
     def recent(self, limit: int = 100) -> list[CallRecord]:
@@ -228,7 +236,7 @@ class ActivityLog:
                 "DELETE FROM calls WHERE id <= (SELECT id FROM calls ORDER BY id DESC LIMIT 1 OFFSET ?)",
                 (self.max_rows,),
             ).rowcount
-        except sqlite3.Error as exc:
+        except STORE_ERRORS as exc:
             log.error("activity log: cannot prune: %s", exc)
             return 0
         return aged + over
@@ -236,6 +244,9 @@ class ActivityLog:
     async def serve_pruning(self, interval: float = PRUNE_EVERY) -> None:
         """Keep the log within its retention, now and every `interval` seconds."""
         while True:
-            if dropped := self.prune():
+            # The shared store is across the network: its prune runs in a thread (every replica
+            # prunes; the rows are one set, so the others find little left to do).
+            dropped = await trio.to_thread.run_sync(self.prune) if self._writer.deferred else self.prune()
+            if dropped:
                 log.info("activity log: pruned %d rows past retention", dropped)
             await trio.sleep(interval)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from mcpvisor.frontend.gate.store_writer import StoreWriter
+from mcpvisor.wire.state_db import PINS, notify, transaction
 
 Kind = Literal["tool", "prompt"]
 
@@ -63,32 +65,43 @@ def _named(items: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
 class ToolApprovals:
     """The `pins` table, kept in memory too: listings and calls check it on every request."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: Any, writer: StoreWriter | None = None) -> None:
         self._db = db
-        self._pins: dict[tuple[str, Kind], dict[str, str]] = {}
+        self._writer = writer or StoreWriter(db)
+        self._pins: dict[tuple[str, Kind], dict[str, str]] = read_pins(db)
         self.version = 0  # bumps on every change of the pins: cached listings are rebuilt
         self._drifts: dict[tuple[str, Kind], tuple[object, int, Drift]] = {}
-        for server, kind, name, digest in db.execute("SELECT server, kind, name, hash FROM pins"):
-            self._pins.setdefault((server, kind), {})[name] = digest
 
     def approve(self, server: str, items: Iterable[Mapping[str, Any]], kind: Kind = "tool") -> dict[str, str]:
         """Record `items` as the approved definitions of `server`, replacing earlier approvals of that kind."""
         hashes = {name: definition_hash(item, kind) for name, item in _named(items).items()}
         now = time.time()
-        self._db.execute("BEGIN")
-        try:
-            self._db.execute("DELETE FROM pins WHERE server = ? AND kind = ?", (server, kind))
-            self._db.executemany(
-                "INSERT INTO pins (server, kind, name, hash, approved_at) VALUES (?, ?, ?, ?, ?)",
-                [(server, kind, name, digest, now) for name, digest in hashes.items()],
-            )
-        except sqlite3.Error:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+
+        def write() -> None:
+            with transaction(self._db) as db:
+                db.execute("DELETE FROM pins WHERE server = ? AND kind = ?", (server, kind))
+                db.executemany(
+                    "INSERT INTO pins (server, kind, name, hash, approved_at) VALUES (?, ?, ?, ?, ?)",
+                    [(server, kind, name, digest, now) for name, digest in hashes.items()],
+                )
+                notify(db, PINS)
+
+        self._writer.submit(write, f"the approval of {server}")
         self._pins[server, kind] = hashes
         self.version += 1
         return hashes
+
+    def replace(self, pins: dict[tuple[str, Kind], dict[str, str]]) -> set[str]:
+        """Take the pins as another replica left them in the shared store; the servers whose pins changed."""
+        changed = {key[0] for key in pins.keys() | self._pins.keys() if pins.get(key) != self._pins.get(key)}
+        if changed:
+            self._pins = pins
+            self.version += 1
+        return changed
+
+    async def flush(self) -> None:
+        """Wait until the pins recorded so far are in the store (before other replicas act on them)."""
+        await self._writer.flush()
 
     def approved(self, server: str, kind: Kind = "tool") -> dict[str, str] | None:
         """Approved hashes by name; None when the server's definitions of that kind were never approved."""
@@ -126,7 +139,21 @@ class ToolApprovals:
 
     def forget(self, server: str) -> None:
         """Drop every pin of a removed server, so a new server of the same name starts unapproved."""
-        self._db.execute("DELETE FROM pins WHERE server = ?", (server,))
+
+        def write() -> None:
+            with transaction(self._db) as db:
+                db.execute("DELETE FROM pins WHERE server = ?", (server,))
+                notify(db, PINS)
+
+        self._writer.submit(write, f"forgetting the pins of {server}")
         for key in [key for key in self._pins if key[0] == server]:
             del self._pins[key]
         self.version += 1
+
+
+def read_pins(db: Any) -> dict[tuple[str, Kind], dict[str, str]]:
+    """Every pin in the store, by (server, kind); blocks on the store."""
+    pins: dict[tuple[str, Kind], dict[str, str]] = {}
+    for server, kind, name, digest in db.execute("SELECT server, kind, name, hash FROM pins"):
+        pins.setdefault((server, kind), {})[name] = digest
+    return pins

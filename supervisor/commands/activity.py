@@ -1,6 +1,7 @@
 """`activity [-f] [--server NAME] [--since DURATION] [-n N]`: the frontend's activity log, read-only.
 
-The frontend is the log's one writer; the supervisor opens the same SQLite file read-only.
+The frontend is the log's one writer; the supervisor opens the same SQLite file read-only. With
+a shared store (`state_url`) the log is every replica's, read from PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import trio
 
 from mcpvisor.supervisor.commands import EXIT_USAGE, Args, CommandError, command
 from mcpvisor.wire.state_db import STATE_FILE
+from mcpvisor.wire.state_url import StateStoreError
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -61,11 +63,9 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
-def read_rows(path: Path, args: ActivityArgs, now: float) -> list[dict[str, Any]]:
-    """The matching rows, oldest first (the newest `lines` of them, or all after `after`)."""
-    if not path.exists():
-        return []
-    where, values = [], []
+def _query(args: ActivityArgs, now: float) -> tuple[str, tuple[Any, ...]]:
+    where: list[str] = []
+    values: list[Any] = []
     if args.server is not None:
         where.append("server = ?")
         values.append(args.server)
@@ -78,9 +78,26 @@ def read_rows(path: Path, args: ActivityArgs, now: float) -> list[dict[str, Any]
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     # Only fixed column names are interpolated; every value is a parameter.
     query = f"SELECT {', '.join(_COLUMNS)} FROM calls {clause} ORDER BY id DESC LIMIT ?"
+    return query, (*values, args.lines)
+
+
+def read_shared_rows(store: Any, args: ActivityArgs, now: float) -> list[dict[str, Any]]:
+    """`read_rows` of the shared store (a `PostgresState`)."""
+    try:
+        rows = store.execute(*_query(args, now)).fetchall()
+    except StateStoreError as exc:
+        raise CommandError(f"activity: cannot read the activity log: {exc}") from None
+    return [dict(zip(_COLUMNS, row, strict=True)) for row in reversed(rows)]
+
+
+def read_rows(path: Path, args: ActivityArgs, now: float) -> list[dict[str, Any]]:
+    """The matching rows, oldest first (the newest `lines` of them, or all after `after`)."""
+    if not path.exists():
+        return []
+    query, values = _query(args, now)
     db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0)
     try:
-        rows = db.execute(query, (*values, args.lines)).fetchall()
+        rows = db.execute(query, values).fetchall()
     except sqlite3.OperationalError as exc:
         raise CommandError(f"activity: cannot read the activity log: {exc}") from None
     finally:
@@ -120,8 +137,10 @@ async def activity(sup: Supervisor, args: ActivityArgs) -> dict[str, Any]:
     the last 30s/15m/2h/7d, `-n` the newest N (default 50, at most 10000). `-f` follows new calls.
     Arguments and results appear only when `activity_record_arguments = true`, redacted.
     """
-    path = sup.data_dir / STATE_FILE
-    rows = await trio.to_thread.run_sync(read_rows, path, args, time.time())
+    if sup.shared is not None:
+        rows = await trio.to_thread.run_sync(read_shared_rows, sup.shared.store, args, time.time())
+    else:
+        rows = await trio.to_thread.run_sync(read_rows, sup.data_dir / STATE_FILE, args, time.time())
     last = rows[-1]["id"] if rows else args.after
     if last is None:
         last = 0

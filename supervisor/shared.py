@@ -1,0 +1,153 @@
+"""What the supervisor of one replica shares with the others through the store at `state_url`.
+
+With a shared store the config file is the base every replica reads (on Kubernetes, a read-only
+ConfigMap) and is never written: the operator's run-time changes to the servers (`ctl enable`,
+`disable`, `block`, an approved proposal, a server added or removed) are rows of the store,
+applied over the file by every replica, and so are the clients' pending proposals. A change is
+announced with NOTIFY and each replica's supervisor applies it at once; it also re-reads every
+few seconds, in case a notification was lost with a connection.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import trio
+
+from mcpvisor.supervisor import configstore
+from mcpvisor.supervisor.config import Config
+from mcpvisor.wire.config import ServerConfig
+from mcpvisor.wire.proposals import FILE_NAME, Proposal, ProposalStore
+from mcpvisor.wire.state_db import PROPOSALS, SERVERS, notify, transaction
+from mcpvisor.wire.state_pg import Listener, PostgresState
+from mcpvisor.wire.state_url import StateStoreError
+
+log = logging.getLogger(__name__)
+
+RESYNC_EVERY: Final = 5.0  # seconds between full re-reads, whatever was notified
+WAIT_SLICE: Final = 0.5  # seconds a wait for notifications blocks its thread (bounds the wait at shutdown)
+
+
+class _Proposals(msgspec.Struct, kw_only=True):
+    proposals: list[Proposal] = []
+
+
+class SharedProposals(ProposalStore):
+    """The pending proposals, kept as one document of the shared store instead of proposals.json."""
+
+    def __init__(self, store: PostgresState, data_dir: Path) -> None:
+        super().__init__(data_dir / FILE_NAME)  # the path is never written
+        self.store = store
+        self.reload()
+
+    def reload(self) -> bool:
+        """Read the proposals again (blocks on the store); whether they changed."""
+        row = self.store.execute("SELECT body FROM documents WHERE name = 'proposals'").fetchone()
+        items: dict[str, Proposal] = {}
+        if row is not None:
+            try:
+                saved = msgspec.json.decode(row[0], type=_Proposals)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.error("the shared store's proposals cannot be read (%s); keeping those known", exc)
+                return False
+            items = {proposal.key: proposal for proposal in saved.proposals}
+        changed = items != self._items
+        self._items = items
+        return changed
+
+    def _save(self) -> None:
+        body = msgspec.json.encode(_Proposals(proposals=list(self))).decode()
+        try:
+            with transaction(self.store) as db:
+                db.execute(
+                    "INSERT INTO documents (name, body) VALUES ('proposals', ?)"
+                    " ON CONFLICT (name) DO UPDATE SET body = excluded.body",
+                    (body,),
+                )
+                notify(db, PROPOSALS)
+        except StateStoreError as exc:
+            # The callers roll their change back on OSError, as for a file that cannot be written.
+            raise OSError(str(exc)) from None
+
+
+class SharedState:
+    """The supervisor's side of the shared store."""
+
+    def __init__(self, store: PostgresState) -> None:
+        self.store = store
+
+    @classmethod
+    def open(cls, state_url: str) -> SharedState:
+        """Connect and bring the schema up to date; StateStoreError (no password in it) when it cannot."""
+        store = PostgresState(state_url, max_size=2)
+        store.migrate()
+        return cls(store)
+
+    def overlay(self, base: Config) -> Config:
+        """`base` (the config file) with every run-time change of the store applied, oldest first."""
+        rows = self.store.execute("SELECT name, server, tenant FROM server_changes ORDER BY seq").fetchall()
+        config = base
+        for name, table, tenant in rows:
+            try:
+                server = None if table is None else msgspec.convert(json.loads(table), ServerConfig)
+            except (ValueError, msgspec.ValidationError) as exc:
+                log.error("the shared store's change to server %r cannot be read (%s); ignored", name, exc)
+                continue
+            config = configstore.with_server(config, name, server, tenant=tenant)
+        return config
+
+    def record_server(self, name: str, server: ServerConfig | None, *, tenant: str = "") -> None:
+        """Keep one server's new table (None: removed) as the latest run-time change to it, and announce it."""
+        table = None if server is None else json.dumps(msgspec.to_builtins(server))
+        with transaction(self.store) as db:
+            # A later change keeps the tenant an approved proposal added the server for.
+            db.execute(
+                "INSERT INTO server_changes (name, server, tenant, changed_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET server = excluded.server,"
+                " tenant = CASE WHEN excluded.tenant <> '' THEN excluded.tenant ELSE server_changes.tenant END,"
+                " seq = nextval(pg_get_serial_sequence('server_changes', 'seq')), changed_at = excluded.changed_at",
+                (name, table, tenant, time.time()),
+            )
+            notify(db, SERVERS)
+
+    async def serve_watching(
+        self, on_servers: Callable[[], Awaitable[None]], on_proposals: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Call `on_servers` / `on_proposals` when another replica changed them, and every RESYNC_EVERY seconds."""
+        listener = Listener(self.store)
+        last_full = -RESYNC_EVERY
+        failing = False
+        try:
+            while True:
+                try:
+                    topics = await trio.to_thread.run_sync(listener.wait, WAIT_SLICE)
+                except StateStoreError as exc:
+                    if not failing:
+                        log.warning("%s; retrying (run-time changes of other replicas wait)", exc)
+                    failing = True
+                    await trio.sleep(1.0)
+                    continue
+                if failing:
+                    log.info("state store %s reachable again", self.store.shown)
+                    failing = False
+                if topics is None or trio.current_time() - last_full >= RESYNC_EVERY:
+                    topics = {SERVERS, PROPOSALS}
+                    last_full = trio.current_time()
+                try:
+                    if PROPOSALS in topics:
+                        await on_proposals()
+                    if SERVERS in topics:
+                        await on_servers()
+                except StateStoreError as exc:
+                    log.warning("%s; the next re-read tries again", exc)
+        finally:
+            listener.close()
+
+    def close(self) -> None:
+        self.store.close()
