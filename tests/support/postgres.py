@@ -28,7 +28,18 @@ import pytest
 
 from tests.support.stack import free_port
 
-BIN = Path(os.environ.get("MCPVISOR_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def _binaries() -> Path:
+    """Debian's newest PostgreSQL (its binaries are not on PATH), or MCPVISOR_TEST_PG_BIN."""
+    if configured := os.environ.get("MCPVISOR_TEST_PG_BIN"):
+        return Path(configured)
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0
+    )
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+BIN = _binaries()
 SUPERUSER = "postgres"
 MISSING = "system package missing: postgresql"
 
