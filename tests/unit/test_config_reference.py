@@ -153,3 +153,24 @@ def test_a_wrong_type_or_value_is_refused_by_both(validator: jsonschema.Draft202
         assert list(validator.iter_errors(tomllib.loads(text))), text
         with pytest.raises(ConfigError):
             config_mod.loads(text)
+
+
+def doc_examples() -> list[tuple[str, str]]:
+    """(page:line, TOML) of every ```toml block in the README and docs/: examples readers copy."""
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "deploy" / "README.md"]:
+        text = page.read_text()
+        for m in re.finditer(r"^```toml\n(.*?)^```", text, re.DOTALL | re.MULTILINE):
+            found.append((f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}", m.group(1)))
+    return found
+
+
+DOC_EXAMPLES = doc_examples()
+
+
+@pytest.mark.parametrize(("where", "text"), DOC_EXAMPLES, ids=[where for where, _ in DOC_EXAMPLES])
+def test_every_toml_example_in_the_docs_fits_the_schema(
+    where: str, text: str, validator: jsonschema.Draft202012Validator
+) -> None:
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(tomllib.loads(text))]
+    assert errors == [], f"{where}: {errors}"
