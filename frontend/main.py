@@ -119,6 +119,7 @@ async def run(
         data_dir=spec.data_dir,
         config_path=spec.config_path,
         registries=spec.registries,
+        search=spec.search,
     )
     services: trio.Nursery | None = None
 

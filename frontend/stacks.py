@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from mcpvisor.frontend.endpoints.search_first import build_search_server
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.tools.builtins import Builtins
 from mcpvisor.frontend.tools.response_cache import ResponseCache
-from mcpvisor.wire.config import RegistryConfig, ServerConfig, Settings, TenantConfig
+from mcpvisor.wire.config import RegistryConfig, SearchConfig, ServerConfig, Settings, TenantConfig
 from mcpvisor.wire.states import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,7 @@ class Shared:
     data_dir: str
     config_path: str
     registries: Mapping[str, RegistryConfig]
+    search: SearchConfig = field(default_factory=SearchConfig)
 
     @property
     def on_demand(self) -> bool:
@@ -138,6 +139,7 @@ class Stack:
             ResponseCache(),
             registries=shared.registries,
             config_path=shared.config_path,
+            search=shared.search,
         )
         endpoints = {"/mcp": build_search_server(self.builtins)}
         if settings.enable_direct_endpoint:

@@ -17,6 +17,7 @@ from mcpvisor.wire.config import (
     ConfigError,
     OAuthResourceConfig,
     RegistryConfig,
+    SearchConfig,
     ServerConfig,
     Settings,
     TenantConfig,
@@ -50,6 +51,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
         OAuthResourceConfig | None,
         msgspec.Meta(description="Accept JWT access tokens of an OAuth issuer (mcpvisor as a resource server)."),
     ] = None
+    search: Annotated[
+        SearchConfig,
+        msgspec.Meta(description="Tool search: the size of retrieve_tools' answers, and an optional embedding service."),
+    ] = msgspec.field(default_factory=SearchConfig)
 
     @property
     def authenticated(self) -> bool:

@@ -127,9 +127,10 @@ def diff_configs(old: Config, new: Config) -> ConfigDiff:
         added=sorted(set(new_servers) - set(old_servers)),
         changed=sorted(n for n in common if _process_view(old_servers[n]) != _process_view(new_servers[n])),
         removed=sorted(set(old_servers) - set(new_servers)),
-        # The frontend holds the settings and the issuer, and authenticates clients once tenants
+        # The frontend holds the settings, the issuer and the search settings, and authenticates clients once tenants
         # exist: a change to those restarts it. A tenant's table changing reaches it as ConfigChanged.
-        settings_changed=(old.mcpvisor, old.oauth, bool(old.tenants)) != (new.mcpvisor, new.oauth, bool(new.tenants)),
+        settings_changed=(old.mcpvisor, old.oauth, old.search, bool(old.tenants))
+        != (new.mcpvisor, new.oauth, new.search, bool(new.tenants)),
         tenants_changed=old.tenants != new.tenants,
     )
 
@@ -199,6 +200,7 @@ class Supervisor:
             registries=self.config.registries,
             tenants=self.config.tenants,
             oauth=self.config.oauth,
+            search=self.config.search,
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
         return Launch([sys.executable, "-P", "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")

@@ -519,6 +519,99 @@ class RegistryConfig(_Strict):
     ] = None
 
 
+class SearchConfig(_Strict):
+    """The `[search]` table: how `retrieve_tools` ranks tools and how much its answer may cost a client.
+
+    A `retrieve_tools` call without `limit` answers within a token budget: the best few tools in
+    full (description, input schema, annotations), the next ones by name and a one-line summary,
+    whose schemas `describe_tools` gives. Ranking fuses BM25 with text embeddings from the bundled
+    model, or from an OpenAI-compatible embedding service when `embedding_url` is set.
+    """
+
+    answer_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            le=100_000,
+            description=(
+                "Size of a `retrieve_tools` answer without `limit`, in tokens counted as characters / 4. "
+                "0 answers `tools_limit` tools in full instead, as when a client sets `limit`."
+            ),
+        ),
+    ] = 1000
+    full_entries: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            le=100,
+            description=(
+                "How many of the best tools the budgeted answer gives in full (with input schema), "
+                "as long as they fit in half the budget; the rest are compact."
+            ),
+        ),
+    ] = 1
+    summary_chars: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            le=1000,
+            description=(
+                "Longest one-line summary of a compact entry, in characters. Lower-ranked entries get "
+                "shorter ones, down to the name alone, so that more tools fit the budget."
+            ),
+        ),
+    ] = 100
+    embedding_url: Annotated[
+        str | None,
+        msgspec.Meta(
+            description=(
+                "An OpenAI-compatible embeddings endpoint (Ollama, TEI, vLLM, an API), e.g. "
+                "`http://127.0.0.1:11434/v1/embeddings`, used instead of the bundled model."
+            )
+        ),
+    ] = None
+    embedding_model: Annotated[str, msgspec.Meta(description="The `model` sent with every embedding request.")] = ""
+    embedding_key: Annotated[
+        str | None,
+        msgspec.Meta(
+            description=(
+                "The service's API key, sent as `Authorization: Bearer`: a secret reference only "
+                "(`${env:NAME}` or `${file:PATH}`), resolved by the frontend."
+            )
+        ),
+    ] = None
+    embedding_input_type: Annotated[
+        bool,
+        msgspec.Meta(
+            description=(
+                'Send `input_type` ("query" or "passage") with each request, for services of asymmetric '
+                "models (E5, NV-Embed) that read it; the OpenAI API itself refuses the field."
+            )
+        ),
+    ] = False
+    embedding_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=60,
+            description=(
+                "Seconds a search waits for the service to embed its query; past it that search is "
+                "ranked by the bundled model (or BM25 alone)."
+            ),
+        ),
+    ] = 2.0
+    embedding_batch: Annotated[
+        int,
+        msgspec.Meta(ge=1, le=4096, description="Tool texts sent in one request when a catalog changes."),
+    ] = 64
+
+    def __post_init__(self) -> None:
+        if self.embedding_key is not None and not SECRET_REFERENCE.fullmatch(self.embedding_key):
+            raise ValueError("search.embedding_key must be a reference (${env:NAME} or ${file:PATH}), not the key")
+        if self.embedding_url is not None and not self.embedding_url.startswith(("http://", "https://")):
+            raise ValueError("search.embedding_url must start with http:// or https://")
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or (":" in host and not host.startswith("[")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from mcpvisor.wire.config import OAuthResourceConfig, RegistryConfig, ServerConfig, Settings, TenantConfig
+from mcpvisor.wire.config import OAuthResourceConfig, RegistryConfig, SearchConfig, ServerConfig, Settings, TenantConfig
 
 ENV_VAR = "MCPVISOR_FRONTEND"
 
@@ -20,6 +20,7 @@ class FrontendSpec(msgspec.Struct, kw_only=True, frozen=True):
     registries: dict[str, RegistryConfig] = {}
     tenants: dict[str, TenantConfig] = {}
     oauth: OAuthResourceConfig | None = None
+    search: SearchConfig = msgspec.field(default_factory=SearchConfig)
 
 
 def encode(spec: FrontendSpec) -> str:

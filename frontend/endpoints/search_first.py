@@ -1,6 +1,6 @@
 """`/mcp`: the search-first endpoint (seed 004). A handful of built-in tools; upstream tools are found by search.
 
-Clients see `retrieve_tools`, the three call tools, `upstream_servers`, `quarantine_security`,
+Clients see `retrieve_tools`, `describe_tools`, the three call tools, `upstream_servers`, `quarantine_security`,
 `read_cache` and the `proxy` tool, however many upstream tools there are.
 """
 
@@ -17,13 +17,14 @@ from mcpvisor.frontend.endpoints.direct import CACHE_HINTS
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
 from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
 from mcpvisor.frontend.tools.builtins import SEARCH_ENDPOINT_TOOLS, Builtins
-from mcpvisor.frontend.tools.retrieval import RETRIEVE_TOOL_NAME
+from mcpvisor.frontend.tools.retrieval import DESCRIBE_TOOL_NAME, RETRIEVE_TOOL_NAME
 from mcpvisor.wire.errors import INVALID_PARAMS
 
 INSTRUCTIONS = (
     "mcpvisor aggregates many upstream MCP servers behind a few tools. "
     "DISCOVER: call retrieve_tools with keywords to find upstream tools (named server:tool); "
-    "do this before assuming a capability is missing. "
+    "do this before assuming a capability is missing. Its best matches come in full, the next ones by name and "
+    "summary: describe_tools gives their schemas. "
     "CALL: use the variant named by each result's call_with field: call_tool_read, call_tool_write or "
     "call_tool_destructive, with the tool's arguments in args and an intent whose operation_type matches. "
     "A long response is cut; read the rest with read_cache. "
@@ -70,6 +71,9 @@ def build_search_server(builtins: Builtins) -> Server[Any]:
     async def retrieve(arguments: dict[str, Any]) -> dict[str, Any]:
         return await builtins.call(RETRIEVE_TOOL_NAME, arguments)
 
-    local = {RETRIEVE_TOOL_NAME: retrieve}
+    async def describe(arguments: dict[str, Any]) -> dict[str, Any]:
+        return await builtins.call(DESCRIBE_TOOL_NAME, arguments)
+
+    local = {RETRIEVE_TOOL_NAME: retrieve, DESCRIBE_TOOL_NAME: describe}
     server.shortcuts = Shortcuts({}, sessions, local_tools=local, upstream_tools=False)  # type: ignore[attr-defined]
     return server

@@ -18,6 +18,7 @@ from mcpvisor.frontend.tools.code_execution import (
     scripts_dir_for,
     tool_definition,
 )
+from mcpvisor.frontend.tools.describe import DESCRIBE_TOOL, describe_tools
 from mcpvisor.frontend.tools.management import UPSTREAM_SERVERS_TOOL, UPSTREAM_TOOL_NAME, UpstreamServers
 from mcpvisor.frontend.tools.proxy_backend import UpstreamsProxyBackend, serve_proxy
 from mcpvisor.frontend.tools.quarantine import QUARANTINE_SECURITY_TOOL, QUARANTINE_TOOL_NAME, QuarantineSecurity
@@ -36,13 +37,13 @@ from mcpvisor.frontend.tools.response_cache import (
     cut_result,
     read_cache,
 )
-from mcpvisor.frontend.tools.retrieval import RETRIEVE_TOOL_NAME, retrieve_tool, retrieve_tools
-from mcpvisor.wire.config import RegistryConfig
+from mcpvisor.frontend.tools.retrieval import DESCRIBE_TOOL_NAME, RETRIEVE_TOOL_NAME, retrieve_tool, retrieve_tools
+from mcpvisor.wire.config import RegistryConfig, SearchConfig
 from mcpvisor.wire.errors import INVALID_PARAMS
 from mcpvisor.wire.proxy import PROXY_TOOL, PROXY_TOOL_NAME
 
 # The search workflow only makes sense where upstream tools are not listed (seed 003, FR-003).
-SEARCH_WORKFLOW_TOOLS: Final = (RETRIEVE_TOOL_NAME, *VARIANTS)
+SEARCH_WORKFLOW_TOOLS: Final = (RETRIEVE_TOOL_NAME, DESCRIBE_TOOL_NAME, *VARIANTS)
 LIST_REGISTRIES: Final = LIST_REGISTRIES_TOOL["name"]
 SEARCH_SERVERS: Final = SEARCH_SERVERS_TOOL["name"]
 # code_execution is listed only with enable_code_execution = true (see `definitions`).
@@ -72,13 +73,18 @@ class Builtins:
         *,
         registries: Mapping[str, RegistryConfig] | None = None,
         config_path: str = "",
+        search: SearchConfig | None = None,
     ) -> None:
         settings = upstreams.settings
+        search = search or SearchConfig()
         caller = ToolCaller(upstreams, cache)
         proxy_backend = UpstreamsProxyBackend(upstreams)
 
         async def retrieve(arguments: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
-            return await retrieve_tools(upstreams, arguments)
+            return await retrieve_tools(upstreams, arguments, search)
+
+        async def describe(arguments: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
+            return await describe_tools(upstreams, arguments)
 
         async def page(arguments: Mapping[str, Any], ctx: Any) -> dict[str, Any]:
             return read_cache(cache, arguments, page_size=settings.tool_response_limit)
@@ -105,6 +111,7 @@ class Builtins:
 
         self._handlers: dict[str, Handler] = {
             RETRIEVE_TOOL_NAME: retrieve,
+            DESCRIBE_TOOL_NAME: describe,
             **{name: variant(name) for name in VARIANTS},
             UPSTREAM_TOOL_NAME: AddFromRegistry(
                 UpstreamServers(upstreams, control), configured, allow_private=settings.allow_private_registry_fetch
@@ -116,7 +123,8 @@ class Builtins:
             SEARCH_SERVERS: search_servers,
         }
         self._definitions: dict[str, dict[str, Any]] = {
-            RETRIEVE_TOOL_NAME: retrieve_tool(settings.tools_limit),
+            RETRIEVE_TOOL_NAME: retrieve_tool(settings.tools_limit, search),
+            DESCRIBE_TOOL_NAME: DESCRIBE_TOOL,
             **{name: call_tool_definition(name) for name in VARIANTS},
             UPSTREAM_TOOL_NAME: with_add_from_registry(UPSTREAM_SERVERS_TOOL),
             QUARANTINE_TOOL_NAME: QUARANTINE_SECURITY_TOOL,

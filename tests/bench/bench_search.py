@@ -3,10 +3,11 @@
 Usage: python tests/bench/bench_search.py [--datasets DIR] [--tools N]
 
 - Search: the 527 LiveMCPTool tools copied under renamed servers up to N tools (default 10,000),
-  every evaluation query of both sets (LiveMCPTool and mcpproxy-eval) searched with limit 5 and
-  turned into the `retrieve_tools` answer (the result shape of frontend/tools/retrieval.py, encoded as
-  the frontend encodes it): p50, p90 and max per call, hybrid and BM25 alone. In-process: the HTTP
-  and MCP layers around it are not part of this figure.
+  every evaluation query of both sets (LiveMCPTool and mcpproxy-eval) searched and turned into the
+  `retrieve_tools` answer (built and encoded by frontend/tools/retrieval.py as the frontend builds
+  it): the default answer (within `[search] answer_tokens`, up to 100 tools searched) and one with
+  limit 5: p50, p90 and max per call, hybrid and BM25 alone. In-process: the HTTP and MCP layers
+  around it are not part of this figure.
 - Embedding: a new server of 500 tools not seen before, added to the full index (median of 5).
 - Restart: a second index over the same catalog with the same cache dir: time, tools embedded.
 - Memory: in a fresh interpreter, RSS and PSS before and after loading the model and embedding one
@@ -18,6 +19,7 @@ Usage: python tests/bench/bench_search.py [--datasets DIR] [--tools N]
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from mcpvisor.frontend.door.search import SearchHit, ToolIndex
+from mcpvisor.frontend.tools.retrieval import MAX_LIMIT, budgeted_answer, full_answer
+from mcpvisor.wire.config import SearchConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASETS = REPO.parent / "shared" / "datasets"
@@ -86,21 +90,16 @@ def catalog(tools: Sequence[dict[str, Any]], size: int) -> dict[str, list[dict[s
     return servers
 
 
-def answer_text(query: str, hits: Sequence[SearchHit], definitions: dict[tuple[str, str], dict[str, Any]]) -> str:
-    """The `retrieve_tools` result text, built as frontend/tools/retrieval.py builds it."""
-    tools = []
-    for hit in hits:
-        definition = definitions[(hit.server, hit.tool)]
-        entry: dict[str, Any] = {
-            "name": f"{hit.server}:{hit.tool}",
-            "server": hit.server,
-            "description": definition.get("description", ""),
-            "inputSchema": definition.get("inputSchema", {"type": "object"}),
-        }
-        entry["score"] = round(hit.score, 4)
-        entry["call_with"] = "call_tool_write"
-        tools.append(entry)
-    return dumps({"query": query, "tools": tools, "total": len(tools)})
+def answer_text(
+    query: str,
+    hits: Sequence[SearchHit],
+    definitions: dict[tuple[str, str], dict[str, Any]],
+    search: SearchConfig | None = None,
+) -> str:
+    """The `retrieve_tools` result text: with `search`, the default answer; else every hit in full."""
+    found = [(hit, definitions[(hit.server, hit.tool)]) for hit in hits]
+    answer = budgeted_answer(query, found, search) if search is not None else full_answer(query, found)
+    return dumps(answer)
 
 
 def dumps(value: Any) -> str:
@@ -118,14 +117,19 @@ def ms(seconds: float) -> str:
 
 
 def time_searches(
-    index: ToolIndex, queries: Sequence[str], definitions: dict[tuple[str, str], dict[str, Any]], rounds: int
+    index: ToolIndex,
+    queries: Sequence[str],
+    definitions: dict[tuple[str, str], dict[str, Any]],
+    rounds: int,
+    search: SearchConfig | None = None,
 ) -> tuple[list[float], list[float]]:
     """Return the wall-clock and the CPU time of each call (CPU time is what other load does not inflate)."""
     wall, cpu = [], []
+    limit = MAX_LIMIT if search is not None else LIMIT
     for _ in range(rounds):
         for query in queries:
             start, start_cpu = time.perf_counter(), time.process_time()
-            answer_text(query, index.search(query, LIMIT), definitions)
+            answer_text(query, index.search(query, limit), definitions, search)
             cpu.append(time.process_time() - start_cpu)
             wall.append(time.perf_counter() - start)
     return wall, cpu
@@ -178,11 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     lexical, lexical_built = build(servers, semantic=False)
     print(f"BM25-only index built in {lexical_built:.2f} s, {time.process_time() - start_cpu:.2f} s CPU")
 
-    for label, index in (("hybrid", hybrid), ("BM25 alone", lexical)):
-        time_searches(index, queries[:20], definitions, rounds=1)  # warm-up
-        wall, cpu = time_searches(index, queries, definitions, rounds=5)
+    for (label, index), (shape, search) in itertools.product(
+        (("hybrid", hybrid), ("BM25 alone", lexical)), (("default answer", SearchConfig()), (f"limit {LIMIT}", None))
+    ):
+        time_searches(index, queries[:20], definitions, rounds=1, search=search)  # warm-up
+        wall, cpu = time_searches(index, queries, definitions, rounds=5, search=search)
         print(
-            f"retrieve_tools search + answer, {label}: p50 {ms(statistics.median(wall))} "
+            f"retrieve_tools search + answer, {label}, {shape}: p50 {ms(statistics.median(wall))} "
             f"({ms(statistics.median(cpu))} CPU), p90 {ms(percentile(wall, 0.9))}, max {ms(max(wall))} "
             f"over {len(wall)} calls"
         )

@@ -1,6 +1,6 @@
 """Measure the `retrieve_tools` search index on two evaluation sets, hybrid next to BM25 alone.
 
-Usage: python tests/bench/retrieval_eval.py [--datasets DIR] [--queries FILE] [--misses]
+Usage: python tests/bench/retrieval_eval.py [--datasets DIR] [--queries FILE] [--misses] [--sweep]
 
 1. mcpproxy-eval: the 45 tools of corpus_v1 (no input schemas exist there) and the 47 queries of
    retrieval_golden_v1, printed next to mcpproxy-go's figures from baseline_v1.
@@ -14,7 +14,15 @@ Each set is run with four indexes: hybrid (the default: no related-term list) an
 the list; BM25 alone with the list (the fallback when the model is missing) and plain BM25. Recall@k is the share of a query's relevant tools (relevance > 0) found in the top k,
 averaged over queries; Hit@5 the share of queries with at least one relevant tool in the top 5;
 the reciprocal rank is that of the first relevant tool in the full ranking (0 when none matches).
-Speed, memory and answer size: tests/bench/bench_search.py.
+
+Then the answers an agent reads, built by frontend/tools/retrieval.py from the hybrid ranking:
+the default answer (within `[search] answer_tokens`, the best tools in full and the next ones
+compact) next to `limit` 5 and 15 answers (every tool in full). For each, the share of queries
+whose best tool (relevance 2) is named anywhere in the answer, and the answer's size in tokens
+(characters of its text / 4), median and 95th percentile. `--sweep` prints the same for other
+numbers of full entries, summary lengths and fades: the defaults were chosen on the golden set
+and the even half alone (see docs/search.md).
+Speed, memory and answer size of `limit` 5: tests/bench/bench_search.py.
 """
 
 from __future__ import annotations
@@ -28,6 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from mcpvisor.frontend.door.search import ToolIndex
+from mcpvisor.frontend.tool_args import dumps
+from mcpvisor.frontend.tools import retrieval
+from mcpvisor.frontend.tools.retrieval import budgeted_answer, full_answer
+from mcpvisor.wire.config import SearchConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASETS = REPO.parent / "shared" / "datasets"
@@ -92,6 +104,97 @@ def evaluate(index: ToolIndex, queries: Sequence[dict[str, Any]]) -> tuple[dict[
     return {name: total / len(queries) for name, total in sums.items()}, misses
 
 
+def definitions(tools: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each tool as its server gives it (an MCP wire definition), by (server, tool)."""
+    found = {}
+    for entry in tools:
+        tool = {"name": entry["tool"], "description": entry["description"]}
+        if entry.get("inputSchema"):
+            tool["inputSchema"] = entry["inputSchema"]
+        found[(entry["server"], entry["tool"])] = tool
+    return found
+
+
+def named(answer: dict[str, Any]) -> set[str]:
+    """Every tool an answer names, in full or compact."""
+    compact = {line.split(retrieval.SEPARATOR, 1)[0] for line in answer.get("more", ())}
+    return {tool["name"] for tool in answer["tools"]} | compact
+
+
+@dataclass(frozen=True)
+class AnswerFigures:
+    found: float  # share of queries whose best tool the answer names
+    tokens_median: float
+    tokens_p95: float
+    named_median: float  # tools named per answer
+
+
+def answer_figures(
+    index: ToolIndex,
+    tools: dict[tuple[str, str], dict[str, Any]],
+    queries: Sequence[dict[str, Any]],
+    shape: Any,
+) -> AnswerFigures:
+    """Build each query's answer with `shape(query, found)` and measure it."""
+    found_count, tokens, counts = 0, [], []
+    for query in queries:
+        best = {label["tool_id"] for label in query["labels"] if label["relevance"] == 2}
+        hits = [(hit, tools[(hit.server, hit.tool)]) for hit in index.search(query["query"], retrieval.MAX_LIMIT)]
+        answer = shape(query["query"], hits)
+        names = named(answer)
+        found_count += bool(best & names)
+        tokens.append(len(dumps(answer)) / retrieval.CHARS_PER_TOKEN)
+        counts.append(len(names))
+    tokens.sort()
+    counts.sort()
+    return AnswerFigures(
+        found_count / len(queries),
+        tokens[len(tokens) // 2],
+        tokens[min(len(tokens) - 1, int(0.95 * len(tokens)))],
+        counts[len(counts) // 2],
+    )
+
+
+def answer_shapes(search: SearchConfig) -> dict[str, Any]:
+    """The answers compared: the default one, and `limit` 5 and 15 (every tool in full)."""
+    return {
+        f"default ({search.answer_tokens} tokens)": lambda query, hits: budgeted_answer(query, hits, search),
+        "limit 5": lambda query, hits: full_answer(query, hits[:5]),
+        "limit 15": lambda query, hits: full_answer(query, hits[:15]),
+    }
+
+
+def print_answers(title: str, rows: dict[str, AnswerFigures]) -> None:
+    print(title)
+    width = max(len(label) for label in rows)
+    print(f"  {'answer':<{width}}  best tool named  tokens p50  tokens p95  tools named p50")
+    for label, figures in rows.items():
+        print(
+            f"  {label:<{width}}  {figures.found:>15.3f}  {figures.tokens_median:>10.0f}  "
+            f"{figures.tokens_p95:>10.0f}  {figures.named_median:>15.0f}"
+        )
+
+
+def sweep(index: ToolIndex, tools: dict[tuple[str, str], dict[str, Any]], subsets: dict[str, Any]) -> None:
+    """The default answer with other numbers of full entries, summary lengths and fades."""
+    chosen = retrieval.SUMMARY_FADE
+    rows: dict[str, AnswerFigures] = {}
+    try:
+        for fade in (4, 8, 16, 32):
+            retrieval.SUMMARY_FADE = fade
+            for full in (0, 1, 2, 3):
+                for chars in (0, 60, 100, 140):
+                    search = SearchConfig(full_entries=full, summary_chars=chars)
+                    for subset, queries in subsets.items():
+                        label = f"{subset}: full {full}, summary {chars}, fade {fade}"
+                        rows[label] = answer_figures(
+                            index, tools, queries, lambda query, hits, s=search: budgeted_answer(query, hits, s)
+                        )
+    finally:
+        retrieval.SUMMARY_FADE = chosen
+    print_answers("  sweep of the default answer's shape", rows)
+
+
 def print_table(title: str, columns: dict[str, dict[str, float]]) -> None:
     print(title)
     widths = [max(len(label), 6) for label in columns]
@@ -129,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--queries", type=Path, default=DEFAULT_QUERIES, help="LiveMCPTool evaluation queries")
     parser.add_argument("--misses", action="store_true", help="list the hybrid index's queries missing their top 5")
+    parser.add_argument("--sweep", action="store_true", help="the default answer with other shapes, per subset")
     args = parser.parse_args(argv)
     golden_folder = args.datasets / "mcpproxy-eval"
     live_folder = args.datasets / "livemcptool"
@@ -157,6 +261,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{eval_set.name}: {len(eval_set.tools)} tools of {servers} servers, {subset}: {len(queries)} queries",
                 columns,
             )
+        tools = definitions(eval_set.tools)
+        for subset, queries in subsets.items():
+            rows = {
+                label: answer_figures(indexes["hybrid"], tools, queries, shape)
+                for label, shape in answer_shapes(SearchConfig()).items()
+            }
+            print_answers(f"{eval_set.name}, {subset}: the answers of retrieve_tools (hybrid)", rows)
+        if args.sweep:
+            sweep(indexes["hybrid"], tools, subsets)
         if args.misses:
             _, misses = evaluate(indexes["hybrid"], eval_set.queries)
             print(f"  hybrid: queries missing a relevant tool in their top 5 ({len(misses)}):")

@@ -25,6 +25,7 @@ from tests.support.stack import Stack, echo_server, open_stack
 TIME_SERVER = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
 BUILTINS = [
     "retrieve_tools",
+    "describe_tools",
     "call_tool_read",
     "call_tool_write",
     "call_tool_destructive",
@@ -63,8 +64,18 @@ async def search(client: Client, query: str, limit: int | None = None) -> list[d
     found = data_of(result)
     assert result.structured_content == found
     assert found["query"] == query
-    assert found["total"] == len(found["tools"])
+    assert found["total"] == len(found["tools"]) + len(found.get("more", []))
+    if limit is not None:
+        assert "more" not in found
     return found["tools"]
+
+
+async def default_answer(client: Client, query: str) -> dict[str, Any]:
+    """The answer to a search without `limit`: within the token budget, compact entries under `more`."""
+    result = await call(client, "retrieve_tools", {"query": query})
+    found = data_of(result)
+    assert len(result.content[0].text) / 4 <= 1000
+    return found
 
 
 async def wait_for(condition: Any, *, timeout: float = 20.0, what: str = "condition") -> Any:
@@ -86,7 +97,11 @@ async def check_listing(client: Client) -> None:
     assert by_name["call_tool_read"].annotations.read_only_hint is True
     assert by_name["call_tool_destructive"].annotations.destructive_hint is True
     assert by_name["call_tool_read"].input_schema["required"] == ["name", "intent"]
-    assert by_name["retrieve_tools"].input_schema["properties"]["limit"]["default"] == 15
+    limit = by_name["retrieve_tools"].input_schema["properties"]["limit"]
+    assert "default" not in limit and "instead of the answer within about 1000 tokens" in limit["description"]
+    assert "describe_tools" in by_name["retrieve_tools"].description
+    assert by_name["describe_tools"].annotations.read_only_hint is True
+    assert by_name["describe_tools"].input_schema["required"] == ["names"]
 
 
 async def check_search(client: Client) -> None:
@@ -115,6 +130,48 @@ async def check_search(client: Client) -> None:
     # Ranked by meaning too: a query sharing no word with the tool finds it; one with no word at all, nothing.
     assert (await search(client, "will it rain in Paris tomorrow"))[0]["name"] == "alpha:weather"
     assert await search(client, "the of and") == []
+
+    # Without limit: the best tool in full, then the others compact, best first, none of beta's.
+    answer = await default_answer(client, "current time in a timezone")
+    [best] = answer["tools"]
+    assert best["name"] == "time:get_current_time" and "timezone" in best["inputSchema"]["properties"]
+    more = answer["more"]
+    assert answer["total"] == 1 + len(more) > 10
+    assert more[0] == "time:convert_time — Convert time between timezones"
+    assert all(line.startswith(("alpha:", "time:")) for line in more)
+    assert "describe_tools" in answer["hint"]
+
+
+async def check_describe(client: Client) -> None:
+    """describe_tools answers what a call would reach, and names what it would refuse."""
+    asked = ["time:convert_time", "alpha:touch", "beta:touch", "nosuch:echo", "alpha:nosuch", "time:convert_time"]
+    described = data_of(await call(client, "describe_tools", {"names": asked}))
+    convert, touch, quarantined, no_server, no_tool = described["tools"]
+    assert described["total"] == 2
+    assert convert["name"] == "time:convert_time" and convert["call_with"] == "call_tool_read"
+    assert set(convert["inputSchema"]["required"]) == {"source_timezone", "time", "target_timezone"}
+    assert "score" not in convert
+    assert (touch["name"], touch["call_with"]) == ("alpha:touch", "call_tool_destructive")
+    assert "inputSchema" not in quarantined and "description" not in quarantined
+    assert quarantined["error"].startswith("Server 'beta' is quarantined")
+    assert "mcpvisor ctl approve beta" in quarantined["error"]
+    # The same words as a call to the name gets.
+    for entry, name in ((no_server, "nosuch:echo"), (no_tool, "alpha:nosuch")):
+        refused = await call(client, "call_tool_read", {"name": name, "args": {}, "intent": intent("read")})
+        assert refused.is_error and entry == {"name": name, "error": text_of(refused)}
+
+    one = data_of(await call(client, "describe_tools", {"names": "alpha:echo"}))
+    assert [tool["name"] for tool in one["tools"]] == ["alpha:echo"]
+    for arguments, message in (
+        ({}, "'names' must be a non-empty array"),
+        ({"names": []}, "'names' must be a non-empty array"),
+        ({"names": [3]}, "'names' must hold strings, got a number"),
+        ({"names": ["a:b"] * 21}, "ask for at most 20 at once"),
+        ({"names": ["x" * 301]}, "longer than 300 characters"),
+        ({"names": ["a:b"], "limit": 3}, "Unknown parameter 'limit' for describe_tools"),
+    ):
+        refused = await call(client, "describe_tools", arguments)
+        assert refused.is_error and message in text_of(refused), (arguments, text_of(refused))
 
 
 async def check_call_variants(client: Client, scratch: Path) -> None:
@@ -459,6 +516,7 @@ async def test_search_first_workflow_in_both_protocol_eras(tmp_path: Path) -> No
             async with stack.client("/mcp", mode=mode) as client:
                 await check_listing(client)
                 await check_search(client)
+                await check_describe(client)
                 await check_call_variants(client, scratch)
                 await check_quarantine(client, scratch)
                 await check_read_cache(client)
@@ -477,7 +535,13 @@ async def test_direct_endpoint_lists_the_management_tools_but_not_the_search_wor
     async with open_stack(tmp_path, servers) as stack, stack.client("/mcp/direct") as direct:
         names = [tool.name for tool in (await direct.list_tools()).tools]
         assert {"upstream_servers", "quarantine_security", "read_cache"} <= set(names)
-        assert not {"retrieve_tools", "call_tool_read", "call_tool_write", "call_tool_destructive"} & set(names)
+        assert not {
+            "retrieve_tools",
+            "describe_tools",
+            "call_tool_read",
+            "call_tool_write",
+            "call_tool_destructive",
+        } & set(names)
         assert "alpha:echo" in names
         assert not any(name.startswith("beta:") for name in names)
         listed = data_of(await direct.call_tool("upstream_servers", {"operation": "list"}))
@@ -653,6 +717,10 @@ async def test_tool_changed_after_approval_is_refused_until_approved_again(tmp_p
         assert not [
             tool for tool in await search(client, "current time", limit=100) if tool["name"] == "clock:get_current_time"
         ]
+        assert "clock:get_current_time" not in json.dumps(await default_answer(client, "current time"))
+        [withheld] = data_of(await call(client, "describe_tools", {"names": ["clock:get_current_time"]}))["tools"]
+        assert withheld["error"].startswith("Its definition changed since approval")
+        assert "inputSchema" not in withheld
         inspected = data_of(await call(client, "quarantine_security", {"action": "inspect", "name": "clock"}))
         approval = {tool["tool"]: tool["approval"] for tool in inspected["tools"]}
         assert approval == {"get_current_time": "changed since approval", "convert_time": "changed since approval"}

@@ -228,6 +228,17 @@ async def test_tenants_are_isolated_on_every_path(tmp_path: Path) -> None:
         found = await bob.call("retrieve_tools", {"query": "echo the text back", "limit": 20}, path="/mcp")
         text = json.dumps(found)
         assert "beta:echo" in text and "alpha:" not in text
+        default = json.dumps(await bob.call("retrieve_tools", {"query": "echo the text back"}, path="/mcp"))
+        assert "beta:echo" in default and "alpha:" not in default
+
+        # describe_tools: alice's tool is described to bob as a tool of no server is.
+        theirs = await bob.call("describe_tools", {"names": ["alpha:echo", "beta:echo"]}, path="/mcp")
+        nowhere = await bob.call("describe_tools", {"names": ["nosuch:echo"]}, path="/mcp")
+        [their_entry, own_entry] = json.loads(theirs["result"]["content"][0]["text"])["tools"]
+        [nowhere_entry] = json.loads(nowhere["result"]["content"][0]["text"])["tools"]
+        assert unknown_server_error(json.dumps(their_entry), "alpha", "nosuch") == json.dumps(nowhere_entry)
+        assert "alpha" not in json.dumps(nowhere)
+        assert own_entry["name"] == "beta:echo" and "inputSchema" in own_entry
 
         # upstream_servers list shows the tenant's servers only.
         listed = json.dumps(await bob.call("upstream_servers", {"operation": "list"}, path="/mcp"))
