@@ -32,6 +32,7 @@ from mcpvisor.frontend.door.metrics import Metrics
 from mcpvisor.frontend.door.rounds import ROUND_TTL, Rounds
 from mcpvisor.frontend.door.router import Router, TenantRouter
 from mcpvisor.frontend.door.search import ToolIndex
+from mcpvisor.frontend.door.service_ranking import ServiceRanking
 from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.app import FrontendApp
 from mcpvisor.frontend.endpoints.clients import Clients
@@ -119,6 +120,9 @@ class Stack:
         self.tenant = tenant
         self.shared = shared
         settings = shared.settings
+        # Only the plain stack keeps its vectors on disk: one file, one writer.
+        cache_dir = Path(shared.data_dir) if shared.data_dir and not tenant else None
+        ranking = ServiceRanking(shared.search, cache_dir) if shared.search.embedding_url else None
         self.upstreams = Upstreams(
             settings,
             shared.servers_of(tenant),
@@ -126,8 +130,8 @@ class Stack:
             router=TenantRouter(shared.router, tenant) if tenant else shared.router,
             gate=shared.gate,
             activity=shared.activity,
-            # Only the plain stack keeps its vectors on disk: one file, one writer.
-            index=ToolIndex(cache_dir=Path(shared.data_dir) if shared.data_dir and not tenant else None),
+            index=ToolIndex(cache_dir=cache_dir),
+            ranking=ranking,
             rounds=Rounds(ROUND_TTL),
             metrics=shared.metrics,
             tenant=tenant,
@@ -169,6 +173,8 @@ class Stack:
             if not self.tenant:
                 with contextlib.suppress(OSError):
                     self.upstreams.index.save_cache()  # the next start need not embed these tools again
+                    if self.upstreams.ranking is not None:
+                        self.upstreams.ranking.save_cache()
 
     async def _serve(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
         nursery.start_soon(self.clients.serve_notifications)

@@ -604,6 +604,14 @@ class SearchConfig(_Strict):
         int,
         msgspec.Meta(ge=1, le=4096, description="Tool texts sent in one request when a catalog changes."),
     ] = 64
+    embedding_retry: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=3600,
+            description="Seconds after a failure before the service is asked again; meanwhile searches fall back.",
+        ),
+    ] = 30.0
 
     def __post_init__(self) -> None:
         if self.embedding_key is not None and not SECRET_REFERENCE.fullmatch(self.embedding_key):

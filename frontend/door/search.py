@@ -17,11 +17,11 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcpvisor.frontend.door.semantic import (
     CACHE_FILE_NAME,
@@ -143,6 +143,18 @@ _RELATED_GROUPS: tuple[tuple[str, ...], ...] = (
 _IDENTIFIER_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 # Word characters minus the underscore, so snake_case splits like any other separator.
 _ALNUM_RUN = re.compile(r"[^\W_]+")
+
+
+class TextEmbedder(Protocol):
+    """What the index needs of a model: unit vectors for texts, and a name for the vectors it makes."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +407,9 @@ class ToolIndex:
 
     `semantic=False`, or a model that cannot be loaded, leaves BM25 alone. `cache_dir`, when
     given, holds a file of tool vectors so a restart does not embed every tool again (see
-    `save_cache`).
+    `save_cache`). `embedder`, when given, is used instead of the bundled model: anything with
+    `embed(texts)` returning unit vectors, a `fingerprint` and a `dimension` (the embedding
+    service of `embedding_service.py`), its vectors kept in `cache_name`.
     `expand_related` makes BM25 count the words of `RELATED_TERMS` at a discount; by default it
     does so only when search is BM25 alone: the embeddings connect such words themselves, and
     on queries the list was not written from it adds nothing to hybrid search.
@@ -409,6 +423,8 @@ class ToolIndex:
         model_dir: Path | None = None,
         cache_dir: Path | None = None,
         cache_interval: float = CACHE_SAVE_INTERVAL,
+        embedder: TextEmbedder | None = None,
+        cache_name: str = CACHE_FILE_NAME,
     ) -> None:
         self._next_id = 0
         self._names: dict[int, tuple[str, str]] = {}
@@ -426,7 +442,7 @@ class ToolIndex:
         # use after a change (see `_centring`).
         self._centre: tuple[np.ndarray, np.ndarray] | None = None
 
-        self._embedder: Embedder | None = None
+        self._embedder: TextEmbedder | None = None
         self._status = "lexical (semantic search switched off)"
         self._vectors: _Vectors | None = None
         self._text_keys: dict[int, bytes] = {}
@@ -438,7 +454,9 @@ class ToolIndex:
         self._cache_interval = cache_interval
         self._cache_dirty = False
         self._cache_saved_at = -math.inf
-        if semantic:
+        if embedder is not None:
+            self._embedder = embedder
+        elif semantic:
             try:
                 self._embedder = _shared_embedder(model_dir)
             except ModelUnavailable as error:
@@ -449,9 +467,7 @@ class ToolIndex:
             self._status = "hybrid"
             self._vectors = _Vectors(self._embedder.dimension)
             if cache_dir is not None:
-                self._cache = VectorCache(
-                    cache_dir / CACHE_FILE_NAME, self._embedder.fingerprint, self._embedder.dimension
-                )
+                self._cache = VectorCache(cache_dir / cache_name, self._embedder.fingerprint, self._embedder.dimension)
                 for key, vector in self._cache.load().items():
                     self._keep_spare(key, vector)
 
@@ -571,20 +587,29 @@ class ToolIndex:
         """Return the names of the servers that have tools in the index, sorted."""
         return sorted(self._by_server)
 
-    def search(self, query: str, limit: int, *, servers: Collection[str] | None = None) -> list[SearchHit]:
+    def search(
+        self,
+        query: str,
+        limit: int,
+        *,
+        servers: Collection[str] | None = None,
+        query_vector: np.ndarray | None = None,
+    ) -> list[SearchHit]:
         """Return up to `limit` tools best matching `query`, best first.
 
         `servers`, when given, keeps only tools of those servers. Scores are computed over the
         whole index, so a tool's score does not depend on the filter. Ties are broken by
         `server:tool` name, so equal input gives equal output. A query without a single word that
         is not a stop word finds nothing. In hybrid mode every tool has a score, so up to `limit`
-        tools are returned whenever the query has a word; the score is in [0, 1].
+        tools are returned whenever the query has a word; the score is in [0, 1]. `query_vector`
+        is the query's embedding when the caller has it already (from a service, asked without
+        blocking the event loop).
         """
         query_terms = Counter(tokenize(query))
         if not query_terms or limit <= 0 or not self._names:
             return []
         if self._embedder is not None:
-            return self._hybrid_search(query, query_terms, limit, servers)
+            return self._hybrid_search(query, query_terms, limit, servers, query_vector)
         # With no terms in the whole index (every tool named like "x"), nothing can match.
         if not self._total_length:
             return []
@@ -599,7 +624,12 @@ class ToolIndex:
         return [SearchHit(*self._names[doc_id], score) for doc_id, score in best]
 
     def _hybrid_search(
-        self, query: str, query_terms: Counter[str], limit: int, servers: Collection[str] | None
+        self,
+        query: str,
+        query_terms: Counter[str],
+        limit: int,
+        servers: Collection[str] | None,
+        query_vector: np.ndarray | None = None,
     ) -> list[SearchHit]:
         import numpy as np
 
@@ -614,7 +644,8 @@ class ToolIndex:
             candidates = np.flatnonzero(vectors.valid)
 
         used = len(vectors.doc_of_row)
-        query_vector = self._embedder.embed([query])[0]
+        if query_vector is None:
+            query_vector = self._embedder.embed([query])[0]
         # einsum rather than the matrix product: numpy's own loop takes one thread and is several
         # times faster here than a BLAS build made to run on every processor, and its result
         # does not depend on how many rows there are. In float64 so that the scaled scores stay

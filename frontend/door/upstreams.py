@@ -9,6 +9,7 @@ returns the upstream's result as the bytes the worker sent.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from mcpvisor.frontend.door.metrics import Metrics
 from mcpvisor.frontend.door.rounds import ROUND_METHODS, Rounds
 from mcpvisor.frontend.door.router import Router
 from mcpvisor.frontend.door.search import SearchHit, ToolIndex
+from mcpvisor.frontend.door.service_ranking import ServiceRanking
 from mcpvisor.frontend.door.tasks import TaskRoutes, UnknownTask, offers_tasks, request_opts_in, with_opt_in
 from mcpvisor.frontend.gate.activity import (
     ActivityLog,
@@ -115,6 +117,7 @@ class Upstreams:
         rounds: Rounds,
         metrics: Metrics | None = None,
         tenant: str = "",
+        ranking: ServiceRanking | None = None,
     ) -> None:
         self.tenant = tenant  # whose door this is ("": the servers without a tenant)
         self.settings = settings
@@ -124,6 +127,7 @@ class Upstreams:
         self.gate = gate
         self.activity = activity
         self.index = index
+        self.ranking = ranking  # the operator's embedding service, when `[search] embedding_url` names one
         self.rounds = rounds
         self._unindexed: set[str] = set()  # servers whose catalog changed since the index last took it in
         self._wake_indexer = trio.Event()
@@ -217,8 +221,13 @@ class Upstreams:
                 await self._indexed.wait()
         views = {view.id: view for view in self.visible()}
         withheld = {(server, tool) for server, view in views.items() for tool in self.gate.withheld(server, view.tools)}
+        index, vector = self.index, None
+        if self.ranking is not None:
+            vector = await self.ranking.query_vector(query, views, fallback=self.index.status)
+            if vector is not None and self.ranking.index is not None:
+                index = self.ranking.index
         found = []
-        for hit in self.index.search(query, limit + len(withheld), servers=list(views)):
+        for hit in index.search(query, limit + len(withheld), servers=list(views), query_vector=vector):
             if (hit.server, hit.tool) in withheld:
                 continue
             definition = self._definition(views[hit.server], hit.tool)
@@ -246,6 +255,17 @@ class Upstreams:
                 self.gate.sighted(view)
             self._unindexed.add(name)
         self._wake_indexer.set()
+        if self.ranking is not None:
+            self.ranking.changed(names)
+
+    @property
+    def search_status(self) -> str:
+        """How searches are ranked: "hybrid", "lexical (why)", or the embedding service and its state."""
+        if self.ranking is None:
+            return self.index.status
+        if self.ranking.ranking:
+            return f"embedding service {self.ranking.url}"
+        return f"{self.index.status}; embedding service {self.ranking.url} not in use: {self.ranking.problem}"
 
     async def serve_index(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the search index up to date, embedding new definitions off the event loop.
@@ -253,6 +273,18 @@ class Upstreams:
         Embedding a large upstream's tools takes a fraction of a second of CPU: done on the loop it
         would stall every client's call, and a frontend that stalls long enough is killed as hung.
         """
+        if self.ranking is not None:
+            ranking = self.ranking
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    functools.partial(ranking.serve, lambda: self.catalog.servers, lambda: self.index.status)
+                )
+                await nursery.start(self._serve_index)
+                task_status.started()
+            return
+        await self._serve_index(task_status=task_status)
+
+    async def _serve_index(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             await self._wake_indexer.wait()

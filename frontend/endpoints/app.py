@@ -256,5 +256,9 @@ class Gateway:
         }
         ready = sum(1 for s in servers.values() if s["alive"] and s["state"] == "ready")
         plain = self.stacks.get("")
-        search = plain.upstreams.index.status if plain is not None else "not started"
-        return {"status": "ok", "servers_ready": ready, "servers": servers, "search": search}
+        search = plain.upstreams.search_status if plain is not None else "not started"
+        health = {"status": "ok", "servers_ready": ready, "servers": servers, "search": search}
+        if plain is not None and plain.upstreams.ranking is not None:
+            # Searches the embedding service did not rank (down, too slow, or still taking in a change).
+            health["search_fallbacks"] = plain.upstreams.ranking.fallbacks
+        return health
