@@ -53,7 +53,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     ] = None
     search: Annotated[
         SearchConfig,
-        msgspec.Meta(description="Tool search: the size of retrieve_tools' answers, and an optional embedding service."),
+        msgspec.Meta(description="Tool search: the size of retrieve_tools' answers, an optional embedding service."),
     ] = msgspec.field(default_factory=SearchConfig)
 
     @property

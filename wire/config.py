@@ -283,7 +283,12 @@ class Settings(_Strict):
     ] = "colon"
     tools_limit: Annotated[
         Annotated[int, msgspec.Meta(ge=1, le=100)],
-        msgspec.Meta(description="The number of results `retrieve_tools` returns when the client names none."),
+        msgspec.Meta(
+            description=(
+                "The number of results `retrieve_tools` returns when the client names none and "
+                "`[search] answer_tokens` is 0."
+            )
+        ),
     ] = 15
     tool_response_limit: Annotated[
         Annotated[int, msgspec.Meta(ge=0)],
