@@ -23,7 +23,7 @@ from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, C
 from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
-from mcpvisor.wire import codec, frontend_spec, oauth_store, worker_spec
+from mcpvisor.wire import bwrap, codec, frontend_spec, oauth_store, sandboxing, worker_spec
 from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
 from mcpvisor.wire.forkserver import ForkServer
@@ -43,6 +43,8 @@ from mcpvisor.wire.operator import Action, OperatorResult
 from mcpvisor.wire.proposals import ProposalStore
 from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.replies import PendingReplies
+from mcpvisor.wire.sandboxing import SandboxPlan
+from mcpvisor.wire.secrets import SECRET_REF
 from mcpvisor.wire.states import ProcessState, UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
 
@@ -75,6 +77,35 @@ def _command_id(frames: list[bytes]) -> int | None:
         if isinstance(request_id, int) and not isinstance(request_id, bool) and 0 <= request_id < 2**63:
             return request_id
     return None
+
+
+def _secret_files(values: list[str]) -> list[str]:
+    return [
+        os.path.abspath(os.path.expanduser(ref))
+        for value in values
+        for kind, ref in SECRET_REF.findall(value)
+        if kind == "file"
+    ]
+
+
+def hidden_paths(config: Config, config_path: Path, data_dir: Path, run_dir: Path) -> list[str]:
+    """What no sandbox may see: mcpvisor's dirs, its config, and every file a secret or token is read from."""
+    paths = [str(data_dir.resolve()), str(run_dir.resolve()), str(config_path), f"{config_path}.bak"]
+    # The config's dir too, unless it is a system dir (a config in /etc hides itself, not all of /etc).
+    if str(config_path.parent) not in ("/", *bwrap.SYSTEM_PATHS):
+        paths.append(str(config_path.parent))
+    values: list[str] = []
+    for server in config.servers.values():
+        values += [*server.env.values(), *server.headers.values()]
+        if server.oauth is not None and server.oauth.client_secret:
+            values.append(server.oauth.client_secret)
+    values += [registry.token for registry in config.registries.values() if registry.token]
+    paths += _secret_files(values)
+    files = list(config.mcpvisor.admin_token_files)
+    for tenant in config.tenants.values():
+        files += tenant.token_files
+    paths += [os.path.abspath(os.path.expanduser(path)) for path in files]
+    return list(dict.fromkeys(paths))
 
 
 def worker_name(server: str) -> str:
@@ -214,10 +245,23 @@ class Supervisor:
             log_dir=str(self.log_dir),
             call_timeout=self.config.mcpvisor.call_timeout,
             log_level=self.config.mcpvisor.log_level,
+            sandbox=self.sandbox_plan(worker),
         )
         env = dict(os.environ) | {worker_spec.ENV_VAR: worker_spec.encode(spec)}
         log_path = self.log_dir / f"{log_stem(worker)}.worker.log"
         return Launch([sys.executable, "-P", "-m", "mcpvisor.workers"], env, log_path)
+
+    def sandbox_plan(self, worker: str) -> SandboxPlan | None:
+        """The sandbox a worker's upstream runs in (None: none), from the config as it is now."""
+        tenant = worker.rpartition("/")[0]
+        return sandboxing.plan(
+            worker,
+            self.config.mcpvisor,
+            self.config.servers[server_of(worker)],
+            self.config.tenants.get(tenant) if tenant else None,
+            data_dir=str(self.data_dir.resolve()),
+            hidden=hidden_paths(self.config, self.config_path, self.data_dir, self.run_dir),
+        )
 
     def _add_program(self, name: str, launch: Launch, policy: Policy, spawner: Spawner | None = None) -> Program:
         program = Program(name, launch, policy, self._state_changed, needs_report=True, spawner=spawner)

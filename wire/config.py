@@ -175,6 +175,59 @@ class UpstreamOAuth(_Strict):
 SECRET_REFERENCE = re.compile(r"\$\{(env|file):[^}]+\}")
 
 
+def _bind_path(path: str) -> bool:
+    return path.startswith("/") and ".." not in path.split("/") and "\0" not in path
+
+
+class SandboxConfig(_Strict):
+    """A `sandbox` table: the bubblewrap sandbox a server's process runs in, and its limits.
+
+    `sandbox = true` is this table with its defaults. Set under [mcpvisor] for every server, under
+    a server, or under a tenant (its limits and binds apply to each of its servers). Unset limits
+    take the defaults: 1024 MiB of memory and 256 processes.
+    """
+
+    enabled: Annotated[bool, msgspec.Meta(description="Run the server's process in a sandbox.")] = True
+    network: Annotated[
+        bool | None,
+        msgspec.Meta(description="Let the process reach the network; false gives it loopback only. Default true."),
+    ] = None
+    memory_mb: Annotated[
+        Annotated[int, msgspec.Meta(ge=16)] | None,
+        msgspec.Meta(description="Memory of the sandbox's processes together, in MiB; above it they are killed."),
+    ] = None
+    max_processes: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="Processes and threads the sandbox may run at once."),
+    ] = None
+    cpu: Annotated[
+        Annotated[float, msgspec.Meta(gt=0)] | None,
+        msgspec.Meta(description="CPU time as a number of cores (0.5: half of one); unlimited when unset."),
+    ] = None
+    ro: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Host paths shown read-only inside, at the same path; `{tenant}` becomes the tenant's name."
+        ),
+    ] = []
+    rw: Annotated[
+        list[str],
+        msgspec.Meta(description="Host paths shown writable inside, at the same path; `{tenant}` as in `ro`."),
+    ] = []
+    limits: Annotated[
+        Literal["auto", "cgroup", "watchdog"],
+        msgspec.Meta(
+            description="How limits are enforced: a cgroup where one is writable, else a memory watchdog (auto); "
+            "`cgroup` refuses to start without one."
+        ),
+    ] = "auto"
+
+    def __post_init__(self) -> None:
+        for path in (*self.ro, *self.rw):
+            if not _bind_path(path):
+                raise ValueError(f"sandbox bind {path!r} must be an absolute path without '..'")
+
+
 class ServerConfig(_Strict):
     """`[servers.NAME]`: one upstream MCP server, run as a command (stdio) or reached at a URL.
 
@@ -241,6 +294,13 @@ class ServerConfig(_Strict):
         UpstreamOAuth | None,
         msgspec.Meta(
             description="The OAuth client settings of a remote server that needs a login (`mcpvisor ctl login NAME`)."
+        ),
+    ] = None
+    sandbox: Annotated[
+        bool | SandboxConfig | None,
+        msgspec.Meta(
+            description="Run this server's process in a sandbox (true, or a table of options); unset follows"
+            " `[mcpvisor]` `sandbox`. Tenants' servers always run in one."
         ),
     ] = None
 
@@ -396,6 +456,13 @@ class Settings(_Strict):
             " replicas; the password may be a ${env:NAME} or ${file:PATH} reference. Unset: SQLite in the data dir."
         ),
     ] = None
+    sandbox: Annotated[
+        bool | SandboxConfig,
+        msgspec.Meta(
+            description="Run every server's process in a sandbox (true, or a table of options). Tenants' servers"
+            " always run in one."
+        ),
+    ] = False
 
 
 TENANT_NAME = SERVER_NAME
@@ -442,6 +509,10 @@ class TenantConfig(_Strict):
             " hashes."
         ),
     ] = []
+    sandbox: Annotated[
+        SandboxConfig | None,
+        msgspec.Meta(description="Limits and extra binds of this tenant's sandboxes, over those of each server."),
+    ] = None
 
 
 class OAuthResourceConfig(_Strict):

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO
 
 import trio
@@ -126,10 +126,12 @@ def spawn(
     capture_output: bool = False,
     die_with_us: bool = True,
     pass_fds: Sequence[int] = (),
+    before_exec: Callable[[], None] | None = None,
 ) -> Child:
     """Fork/exec a child in its own process group; it gets SIGKILL if this process dies.
 
     `capture_output` pipes stderr (and stdout, unless `stdout_pipe`) to `Child.output`.
+    `before_exec` runs in the child between fork and exec (joining a cgroup, setting a limit).
     """
     parent = os.getpid()
     child_in = parent_in = child_out = parent_out = child_err = parent_err = None
@@ -144,6 +146,8 @@ def spawn(
     def setup() -> None:
         if die_with_us:
             die_with_parent(parent)
+        if before_exec is not None:
+            before_exec()
 
     try:
         popen = subprocess.Popen(

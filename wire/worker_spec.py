@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from mcpvisor.wire.config import ServerConfig
+from mcpvisor.wire.sandboxing import SandboxPlan
 
 ENV_VAR = "MCPVISOR_WORKER"
 
@@ -17,6 +18,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True, frozen=True):
     log_dir: str
     call_timeout: float = 120.0
     log_level: str = "info"
+    sandbox: SandboxPlan | None = None  # a stdio upstream's sandbox; None: it runs as mcpvisor does
 
 
 def encode(spec: WorkerSpec) -> str:

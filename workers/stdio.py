@@ -13,9 +13,11 @@ import errno
 import itertools
 import logging
 import os
+import resource
 import select
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -29,6 +31,9 @@ from mcp.shared.message import SessionMessage
 
 from mcpvisor.wire import lifetime
 from mcpvisor.wire.logs import RotatingFile, pump
+from mcpvisor.wire.sandboxing import SandboxPlan
+from mcpvisor.workers import confine
+from mcpvisor.workers.limits import MIB, CgroupLimits, Watchdog, join_cgroups, open_cgroup
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +115,7 @@ class StdioChannel:
         self.closed = False
         self.on_notification: NotificationHandler | None = None
         self.nursery: trio.Nursery | None = None  # for the writes that cannot be done at once
+        self.ended_by = ""  # why the process was killed, when its sandbox's limits did it
 
     def try_write(self, data: bytes) -> bool:
         """Write a short line now if no other write is under way and the pipe has room for it.
@@ -232,7 +238,7 @@ class StdioChannel:
         self.closed = True
         pending, self._pending = self._pending, {}
         for deliver in pending.values():
-            deliver(RawError(-32000, "the upstream closed the connection"))
+            deliver(RawError(-32000, self.ended_by or "the upstream closed the connection"))
 
 
 def _request_line(request_id: str, method: str, params: bytes | None) -> bytes:
@@ -252,17 +258,63 @@ async def open_stdio_upstream(
     env: Mapping[str, str],
     cwd: str | None,
     stderr_log: RotatingFile,
+    sandbox: SandboxPlan | None = None,
+    worker_id: str = "",
 ) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream, anyio.abc.ObjectSendStream, StdioChannel]]:
-    """Start the upstream and yield (read_stream, write_stream) for a ClientSession, and the channel."""
-    executable = shutil.which(command, path=env.get("PATH")) or command
+    """Start the upstream and yield (read_stream, write_stream) for a ClientSession, and the channel.
+
+    With `sandbox`, `env` is the configured environment alone: the process runs in bubblewrap,
+    in its own cgroup when one is writable (else watched for memory), and never unconfined.
+    """
+    search_path = env.get("PATH") if sandbox is None else child_environment({}).get("PATH")
+    executable = shutil.which(command, path=search_path) or command
+    argv, run_env, run_cwd = [executable, *args], dict(env), cwd
+    limits: CgroupLimits | None = None
+    watchdog: Watchdog | None = None
+    before_exec = None
+    if sandbox is not None:
+        try:
+            problem = await trio.to_thread.run_sync(confine.probe)
+            if problem is not None:
+                raise confine.SandboxError(problem)
+            confined = confine.confine(sandbox, worker_id, executable, args, env, cwd)
+            limits = open_cgroup(sandbox, worker_id) if sandbox.limits != "watchdog" else None
+        except (confine.SandboxError, OSError) as exc:
+            raise UpstreamProcessError(f"sandbox not built, the upstream is not started: {exc}") from None
+        if limits is None and sandbox.limits == "cgroup":
+            raise UpstreamProcessError(
+                'sandbox not built, the upstream is not started: limits = "cgroup" but no cgroup is writable '
+                "(run under systemd with Delegate=yes, or give the container its own cgroup namespace)"
+            )
+        if limits is None:
+            watchdog = Watchdog(sandbox.memory_mb * MIB)
+        argv, run_env, run_cwd = confined.argv, confined.env, None
+        before_exec = _sandbox_setup(limits, confined.uid, sandbox.max_processes)
     try:
         process = lifetime.spawn(
-            [executable, *args], env=env, cwd=cwd, stdin_pipe=True, stdout_pipe=True, capture_output=True
+            argv,
+            env=run_env,
+            cwd=run_cwd,
+            stdin_pipe=True,
+            stdout_pipe=True,
+            capture_output=True,
+            before_exec=before_exec,
         )
-    except OSError as exc:
-        raise UpstreamProcessError(f"cannot start {command!r}: {exc.strerror or exc}") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        if limits is not None:
+            limits.close()
+        raise UpstreamProcessError(f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}") from None
     await trio.lowlevel.checkpoint()
     channel = StdioChannel(process)
+
+    def killed_for_memory() -> bool:
+        return (limits is not None and limits.oom_kills() > 0) or (watchdog is not None and watchdog.fired)
+
+    memory_note = (
+        f"the upstream was killed: its sandbox went over its memory limit ({sandbox.memory_mb} MiB)"
+        if sandbox is not None
+        else ""
+    )
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](64)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](64)
 
@@ -289,6 +341,11 @@ async def open_stdio_upstream(
             return
         await to_session.send(SessionMessage(message))
 
+    def note_death() -> None:
+        if sandbox is not None and not channel.ended_by and killed_for_memory():
+            channel.ended_by = memory_note
+            log.warning("%s", memory_note)
+
     async def read_stdout() -> None:
         stdout = process.stdout
         assert stdout is not None
@@ -296,39 +353,44 @@ async def open_stdio_upstream(
         waited = True  # whether the task went through the scheduler since the last chunk
         try:
             async with to_session:
-                while True:
-                    # The pipe is non-blocking: read first, and wait only when it is empty. A
-                    # chunk that follows another without a wait yields first, so an upstream that
-                    # never stops writing cannot starve the worker's other tasks.
-                    try:
-                        chunk = os.read(stdout.fileno(), 65536)
-                    except BlockingIOError:
+                try:
+                    while True:
+                        # The pipe is non-blocking: read first, and wait only when it is empty. A
+                        # chunk that follows another without a wait yields first, so an upstream that
+                        # never stops writing cannot starve the worker's other tasks.
                         try:
-                            await trio.lowlevel.wait_readable(stdout.fileno())
-                        except trio.ClosedResourceError:
+                            chunk = os.read(stdout.fileno(), 65536)
+                        except BlockingIOError:
+                            try:
+                                await trio.lowlevel.wait_readable(stdout.fileno())
+                            except trio.ClosedResourceError:
+                                return
+                            waited = True
+                            continue
+                        except OSError:
+                            return  # closed or broken, as the stream's receive_some would report
+                        if not chunk:
                             return
-                        waited = True
-                        continue
-                    except OSError:
-                        return  # closed or broken, as the stream's receive_some would report
-                    if not chunk:
-                        return
-                    if not waited:
-                        await trio.lowlevel.checkpoint()
-                    waited = False
-                    buffer += chunk
-                    if b"\n" not in chunk:
-                        if len(buffer) > _MAX_LINE:
-                            await to_session.send(ValueError("upstream sent a line longer than 64 MiB"))
-                            return
-                        continue
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        if line.strip():
-                            await deliver(line)
+                        if not waited:
+                            await trio.lowlevel.checkpoint()
+                        waited = False
+                        buffer += chunk
+                        if b"\n" not in chunk:
+                            if len(buffer) > _MAX_LINE:
+                                await to_session.send(ValueError("upstream sent a line longer than 64 MiB"))
+                                return
+                            continue
+                        *lines, buffer = buffer.split(b"\n")
+                        for line in lines:
+                            if line.strip():
+                                await deliver(line)
+                finally:
+                    # Before the session hears of the end: it reports why.
+                    note_death()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return
         finally:
+            note_death()
             channel.close()
 
     async def write_stdin() -> None:
@@ -355,6 +417,8 @@ async def open_stdio_upstream(
                 stderr_done.set()
 
         nursery.start_soon(pump_stderr)
+        if watchdog is not None:
+            nursery.start_soon(watchdog.watch, process.pid, lambda: process.send_signal_to_group(signal.SIGKILL))
         try:
             yield read_stream, write_stream, channel
         finally:
@@ -364,7 +428,22 @@ async def open_stdio_upstream(
                 # reach the end of the pipe. Bounded, as a grandchild may still hold it open.
                 with trio.move_on_after(_STDERR_DRAIN):
                     await stderr_done.wait()
+                if limits is not None:
+                    limits.close()
             nursery.cancel_scope.cancel()
+
+
+def _sandbox_setup(limits: CgroupLimits | None, uid: int | None, max_processes: int) -> Callable[[], None]:
+    """What the forked child does before it execs bwrap: join its cgroups, cap its processes."""
+    procs_files = list(limits.procs_files) if limits is not None else []
+
+    def setup() -> None:
+        join_cgroups(procs_files)
+        if uid is not None:
+            # The sandbox's uid is its own: the kernel counts its processes apart from everyone's.
+            resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+
+    return setup
 
 
 async def stop_process(process: lifetime.Child) -> None:

@@ -29,6 +29,7 @@ from mcpvisor.wire import lifetime, oauth_store
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, log_stem, tail_lines
+from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers.oauth import Challenge, UpstreamAuth
@@ -189,8 +190,11 @@ class Upstream:
         log_dir: Path,
         on_change: Callable[[], None],
         hooks: ClientHooks | None = None,
+        *,
+        sandbox: SandboxPlan | None = None,
     ) -> None:
         self.name = name
+        self.sandbox = sandbox
         self.hooks = hooks or ClientHooks()
         self.server = server
         self.log_dir = log_dir
@@ -213,6 +217,7 @@ class Upstream:
         self.connect_seconds = 0.0
         self.ever_ready = False
         self._last_process: lifetime.Child | None = None
+        self._last_channel: StdioChannel | None = None
         # OAuth toward a remote upstream, unless the operator sends an Authorization header himself.
         self.auth: UpstreamAuth | None = None
         if server.kind != "stdio" and server.url and not any(k.lower() == "authorization" for k in server.headers):
@@ -278,10 +283,12 @@ class Upstream:
                         nursery.cancel_scope.cancel()
                     # Fail what is in flight and refuse new calls now, not after the teardown.
                     self.session = None
-                    self._set_state(UpstreamState.ERROR, self._lost_reason or "the upstream closed the connection")
+                    ended_by = self._channel.ended_by if self._channel is not None else ""
+                    reason = self._lost_reason or ended_by or "the upstream closed the connection"
+                    self._set_state(UpstreamState.ERROR, reason)
                     if self._channel is not None:
                         self._channel.close()
-                    raise WireError(ErrorCode.UPSTREAM_GONE, self._lost_reason or "the upstream closed the connection")
+                    raise WireError(ErrorCode.UPSTREAM_GONE, reason)
             except Exception as exc:  # the reconnect loop is the boundary: every failure becomes a state
                 message = self._explain(describe_failure(exc))
             finally:
@@ -338,9 +345,11 @@ class Upstream:
         server = self.server
         if server.kind == "stdio":
             assert server.command is not None
-            env = child_environment(resolve_all(server.env))
-            for value in resolve_all(server.env).values():
+            configured = resolve_all(server.env)
+            for value in configured.values():
                 self.redact.add(value)
+            # A sandbox gets its configured env alone; mcpvisor's own never goes in.
+            env = configured if self.sandbox is not None else child_environment(configured)
             read_stream, write_stream, channel = await stack.enter_async_context(
                 open_stdio_upstream(
                     server.command,
@@ -348,9 +357,12 @@ class Upstream:
                     env,
                     server.cwd,
                     self._stderr_log,
+                    sandbox=self.sandbox,
+                    worker_id=self.name,
                 )
             )
             self._channel = channel
+            self._last_channel = channel
             self._last_process = channel.process
             return read_stream, write_stream
         headers = resolve_all(server.headers)
@@ -367,6 +379,9 @@ class Upstream:
         """For a stdio upstream that died: its exit status and last words beat "connection closed"."""
         # Read after the transport has closed, which waits for the process, so its status is known.
         process, self._last_process = self._last_process, None
+        channel, self._last_channel = self._last_channel, None
+        if channel is not None and channel.ended_by:
+            return channel.ended_by
         status = process.returncode if process is not None else None
         # Only when the link just dropped: a process stopped for hanging says more as "hung".
         if status is None or "closed" not in message.lower():

@@ -57,7 +57,9 @@ class Worker:
         self.spec = spec
         self.sock = sock
         self.control = control
-        self.upstream = Upstream(spec.id, spec.server, Path(spec.log_dir), self._catalog_changed, WorkerHooks(self))
+        self.upstream = Upstream(
+            spec.id, spec.server, Path(spec.log_dir), self._catalog_changed, WorkerHooks(self), sandbox=spec.sandbox
+        )
         self._inflight: dict[int, _Call] = {}
         self._asks: PendingReplies[int, tuple[Answer, bytes | None]] = PendingReplies()
         self._ask_ids = itertools.count(1)

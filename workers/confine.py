@@ -1,0 +1,263 @@
+"""An upstream's command put in its sandbox: the binds it needs, its home, its uid, its environment.
+
+The plan (wire.sandboxing) says what the config allows; this module looks at the host to find
+what the command itself needs to run (its install prefix, a virtualenv's base interpreter, the
+script it is given) and hands everything to wire.bwrap, which builds the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mcpvisor.wire import bwrap
+from mcpvisor.wire.sandboxing import SandboxPlan, refused_bind, sandbox_uid
+
+# System dirs bound already: a prefix inside them needs no bind of its own.
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PROBE_TIMEOUT = 10.0
+
+FIX_INSTALL = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
+FIX_USERNS = (
+    "allow unprivileged user namespaces (on Ubuntu 24.04: an AppArmor profile for bwrap, or "
+    "sysctl kernel.apparmor_restrict_unprivileged_userns=0; in a container: see docs/sandbox.md)"
+)
+FIX_MOUNT = "give the container what bwrap needs to mount (see docs/sandbox.md: seccomp profile, /proc)"
+
+
+class SandboxError(Exception):
+    """A sandbox that is required cannot be built; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Confined:
+    """The command as it starts: bwrap's argv, the environment bwrap hands on, the sandbox's uid."""
+
+    argv: list[str]
+    env: dict[str, str]
+    uid: int | None
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _is_system(path: str) -> bool:
+    return any(_inside(path, system) for system in _SYSTEM)
+
+
+def _prefix_of(executable: str) -> str | None:
+    """The install prefix of a program (`/opt/node` for `/opt/node/bin/node`), unless a system dir."""
+    directory = os.path.dirname(executable)
+    prefix = os.path.dirname(directory) if os.path.basename(directory) in ("bin", "sbin") else directory
+    if prefix in ("", "/") or _is_system(prefix):
+        return None
+    return prefix
+
+
+def _shebang(path: str) -> str | None:
+    try:
+        with open(path, "rb") as script:
+            first = script.readline(512)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    parts = first[2:].decode(errors="replace").split()
+    if not parts:
+        return None
+    if os.path.basename(parts[0]) == "env" and len(parts) > 1:
+        return shutil.which(parts[1])
+    return parts[0]
+
+
+def install_paths(executable: str) -> list[str]:
+    """Host dirs the command needs read-only: its prefix, a virtualenv and the Python it is made of,
+    and the same for the interpreter a script names in its `#!` line."""
+    found: list[str] = []
+    seen: set[str] = set()
+    queue = [executable]
+    while queue:
+        program = queue.pop()
+        if program in seen:
+            continue
+        seen.add(program)
+        for path in (program, os.path.realpath(program)):
+            prefix = _prefix_of(path)
+            if prefix is None:
+                continue
+            found.append(os.path.realpath(prefix) if path != program else prefix)
+            # A virtualenv names its base interpreter's dir in pyvenv.cfg (`home = .../bin`).
+            config = os.path.join(prefix, "pyvenv.cfg")
+            if os.path.isfile(config):
+                with open(config, encoding="utf-8", errors="replace") as cfg:
+                    for line in cfg:
+                        key, _, value = line.partition("=")
+                        if key.strip() == "home" and value.strip():
+                            queue.append(os.path.join(value.strip(), "python3"))
+        interpreter = _shebang(program)
+        if interpreter is not None:
+            queue.append(interpreter)
+    unique: list[str] = []
+    for path in dict.fromkeys(found):
+        if os.path.isdir(path) and not any(_inside(path, other) for other in found if other != path):
+            unique.append(path)
+    return unique
+
+
+def argument_files(args: Sequence[str], cwd: str | None) -> list[str]:
+    """Files the command is given as arguments (`python server.py`): shown read-only, each alone.
+
+    Only files: a directory argument (`mcp-server-filesystem /srv`) is the operator's to bind
+    with `ro`/`rw`, since binding it here would open whatever it holds.
+    """
+    found = []
+    for arg in args:
+        if arg.startswith("-") or "\0" in arg:
+            continue
+        path = arg if os.path.isabs(arg) else os.path.join(cwd or os.getcwd(), arg)
+        if os.path.isfile(path):
+            found.append(os.path.realpath(path))
+    return found
+
+
+def _uid_map() -> list[tuple[int, int]]:
+    try:
+        with open("/proc/self/uid_map") as mapping:
+            return [(int(inner), int(count)) for inner, _outer, count in (line.split() for line in mapping)]
+    except (OSError, ValueError):
+        return [(0, 1 << 32)]
+
+
+def prepare_home(home: str, uid: int | None) -> None:
+    """Create the sandbox's home (owned by its uid); its parents stay mcpvisor's own (0700).
+
+    Mode 0711: bwrap enters it (--chdir) as root without capabilities, before the uid switch; no
+    one else reaches it, its parents being closed.
+    """
+    os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
+    os.makedirs(home, mode=0o711, exist_ok=True)
+    if uid is not None and os.stat(home).st_uid != uid:
+        # A home from before (or from a different uid) becomes this sandbox's, all of it.
+        for root, dirs, files in os.walk(home):
+            for name in dirs + files:
+                os.lchown(os.path.join(root, name), uid, uid)
+        os.chown(home, uid, uid)
+    os.chmod(home, 0o711)
+
+
+def sandbox_env(configured: Mapping[str, str], executable: str) -> dict[str, str]:
+    """Only what the sandbox is given: its configured env over a minimal base, nothing of mcpvisor's."""
+    home = bwrap.HOME
+    env = {
+        "PATH": f"{os.path.dirname(executable)}:{BASE_PATH}",
+        "HOME": home,
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "TMPDIR": "/tmp",
+        # npx and uvx keep their downloads in the home, which persists across restarts.
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "npm_config_cache": f"{home}/.npm",
+        "UV_CACHE_DIR": f"{home}/.cache/uv",
+    }
+    env.update(configured)
+    return env
+
+
+def _masks(hidden: Sequence[str]) -> tuple[bwrap.Mask, ...]:
+    masks = []
+    for path in hidden:
+        real = os.path.realpath(path)
+        for each in dict.fromkeys((path, real)):
+            masks.append(bwrap.Mask(path=each, directory=not os.path.isfile(each)))
+    return tuple(masks)
+
+
+def confine(
+    plan: SandboxPlan,
+    worker_id: str,
+    executable: str,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+) -> Confined:
+    """The command line that starts `executable` in the sandbox `plan` describes."""
+    tool = shutil.which("bwrap")
+    if tool is None:
+        raise SandboxError(f"the sandbox needs bwrap, which is not installed: {FIX_INSTALL}")
+    privileged = os.geteuid() == 0
+    uid = sandbox_uid(worker_id, _uid_map()) if privileged else None
+    binds: list[bwrap.Bind] = []
+
+    def add(path: str, *, writable: bool, operator: bool) -> None:
+        why = refused_bind(os.path.realpath(path), plan) or refused_bind(path, plan)
+        if why is not None:
+            if operator:
+                raise SandboxError(f"sandbox bind refused: {why}")
+            return
+        if not os.path.exists(path):
+            if operator:
+                raise SandboxError(f"sandbox bind {path} does not exist on this host")
+            return
+        binds.append(bwrap.Bind(source=path, writable=writable))
+
+    for path in install_paths(executable):
+        add(path, writable=False, operator=False)
+    for path in argument_files(args, cwd):
+        add(path, writable=False, operator=False)
+    for path in plan.ro:
+        add(path, writable=False, operator=True)
+    for path in plan.rw:
+        add(path, writable=True, operator=True)
+    if cwd is not None and not any(_inside(cwd, bind.source) for bind in binds):
+        add(cwd, writable=False, operator=True)
+    prepare_home(plan.home, uid)
+    spec = bwrap.SandboxSpec(
+        system=bwrap.system_binds(),
+        binds=tuple(binds),
+        home=plan.home,
+        masks=_masks(plan.hidden),
+        network=plan.network,
+        cwd=cwd,
+        uid=uid,
+        gid=uid,
+    )
+    argv = bwrap.bwrap_argv(spec, [executable, *args], privileged=privileged, bwrap=tool)
+    return Confined(argv=argv, env=sandbox_env(env, executable), uid=uid)
+
+
+_probed: dict[bool, str | None] = {}
+
+
+def probe() -> str | None:
+    """Whether bwrap can build a sandbox here: None, or one line that names the fix."""
+    privileged = os.geteuid() == 0
+    if privileged in _probed:
+        return _probed[privileged]
+    tool = shutil.which("bwrap")
+    if tool is None:
+        problem: str | None = f"the sandbox needs bwrap, which is not installed: {FIX_INSTALL}"
+    else:
+        spec = bwrap.SandboxSpec(system=bwrap.system_binds(), network=False, uid=65534 if privileged else None)
+        argv = bwrap.bwrap_argv(spec, ["true"], privileged=privileged, bwrap=tool)
+        try:
+            done = subprocess.run(
+                argv, env={"PATH": BASE_PATH}, capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problem = f"bwrap cannot run ({exc}): {FIX_INSTALL}"
+        else:
+            problem = None if done.returncode == 0 else _explain(done.stderr)
+    _probed[privileged] = problem
+    return problem
+
+
+def _explain(stderr: str) -> str:
+    said = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no message"
+    lowered = said.lower()
+    if "namespace" in lowered or "uid map" in lowered or "setting up uid" in lowered:
+        return f"bwrap cannot create namespaces here ({said}): {FIX_USERNS}"
+    return f"bwrap cannot build a sandbox here ({said}): {FIX_MOUNT}"
