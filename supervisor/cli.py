@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.wire import logs, trust
+from mcpvisor.wire import bwrap, logs, trust
 from mcpvisor.wire.config import ConfigError
 
 DEFAULT_CONFIG = "mcpvisor.toml"
@@ -71,6 +71,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
+    # A sandbox that cannot be built stops its upstream from starting: say so before anything starts.
+    if config_mod.needs_sandbox(config) and (problem := bwrap.probe()) is not None:
+        print(f"mcpvisor: {path}: sandboxes are required but cannot be built: {problem}", file=sys.stderr)
+        return 1
     print(f"{path}: ok, {len(config.servers)} servers")
     return 0
 

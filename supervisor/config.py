@@ -10,6 +10,7 @@ from typing import Annotated
 
 import msgspec
 
+from mcpvisor.wire import sandboxing
 from mcpvisor.wire.config import (
     REGISTRY_ID,
     SERVER_NAME,
@@ -60,6 +61,15 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
     def authenticated(self) -> bool:
         """Every client presents a token: tenants or an OAuth issuer are configured."""
         return bool(self.tenants) or self.oauth is not None
+
+
+def needs_sandbox(config: Config) -> bool:
+    """Whether any server's process of this config runs in a sandbox (tenants' always do)."""
+    for name, server in config.servers.items():
+        tenants = [t for t in config.tenants.values() if name in t.servers]
+        if any(sandboxing.wanted(config.mcpvisor, server, tenant) for tenant in [None, *tenants]):
+            return True
+    return False
 
 
 def default_data_dir() -> Path:

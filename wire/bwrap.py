@@ -22,12 +22,23 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shutil
+import subprocess
 from collections.abc import Sequence
 
 import msgspec
 
 HOME = "/home/sandbox"  # the sandbox's home, whatever host directory backs it
 SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the sandbox's uid inside, as root only
+
+# What `probe` says to do about a sandbox it cannot build.
+PROBE_TIMEOUT = 10.0
+FIX_INSTALL = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
+FIX_USERNS = (
+    "allow unprivileged user namespaces (on Ubuntu 24.04: an AppArmor profile for bwrap, or "
+    "sysctl kernel.apparmor_restrict_unprivileged_userns=0; in a container: see docs/sandbox.md)"
+)
+FIX_MOUNT = "give the container what bwrap needs to mount (see docs/sandbox.md: seccomp profile, /proc)"
 
 # The system a program needs, read-only: the merged-/usr dirs and /etc. Anything else is left out.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -183,3 +194,37 @@ def system_binds(paths: Sequence[str] = SYSTEM_PATHS) -> tuple[Bind | Symlink, .
         elif os.path.isdir(path):
             found.append(Bind(source=path))
     return tuple(found)
+
+
+_probed: dict[bool, str | None] = {}
+
+
+def probe() -> str | None:
+    """Whether bwrap can build a sandbox here: None, or one line that names the fix."""
+    privileged = os.geteuid() == 0
+    if privileged in _probed:
+        return _probed[privileged]
+    tool = shutil.which("bwrap")
+    if tool is None:
+        problem: str | None = f"the sandbox needs bwrap, which is not installed: {FIX_INSTALL}"
+    else:
+        spec = SandboxSpec(system=system_binds(), network=False, uid=65534 if privileged else None)
+        argv = bwrap_argv(spec, ["true"], privileged=privileged, bwrap=tool)
+        try:
+            done = subprocess.run(
+                argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            problem = f"bwrap cannot run ({exc}): {FIX_INSTALL}"
+        else:
+            problem = None if done.returncode == 0 else _explain(done.stderr)
+    _probed[privileged] = problem
+    return problem
+
+
+def _explain(stderr: str) -> str:
+    said = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no message"
+    lowered = said.lower()
+    if "namespace" in lowered or "uid map" in lowered or "setting up uid" in lowered:
+        return f"bwrap cannot create namespaces here ({said}): {FIX_USERNS}"
+    return f"bwrap cannot build a sandbox here ({said}): {FIX_MOUNT}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,14 +18,6 @@ from mcpvisor.wire.sandboxing import SandboxPlan, refused_bind, sandbox_uid
 # System dirs bound already: a prefix inside them needs no bind of its own.
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PROBE_TIMEOUT = 10.0
-
-FIX_INSTALL = "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
-FIX_USERNS = (
-    "allow unprivileged user namespaces (on Ubuntu 24.04: an AppArmor profile for bwrap, or "
-    "sysctl kernel.apparmor_restrict_unprivileged_userns=0; in a container: see docs/sandbox.md)"
-)
-FIX_MOUNT = "give the container what bwrap needs to mount (see docs/sandbox.md: seccomp profile, /proc)"
 
 
 class SandboxError(Exception):
@@ -187,7 +178,7 @@ def confine(
     """The command line that starts `executable` in the sandbox `plan` describes."""
     tool = shutil.which("bwrap")
     if tool is None:
-        raise SandboxError(f"the sandbox needs bwrap, which is not installed: {FIX_INSTALL}")
+        raise SandboxError(f"the sandbox needs bwrap, which is not installed: {bwrap.FIX_INSTALL}")
     privileged = os.geteuid() == 0
     uid = sandbox_uid(worker_id, _uid_map()) if privileged else None
     binds: list[bwrap.Bind] = []
@@ -227,37 +218,3 @@ def confine(
     )
     argv = bwrap.bwrap_argv(spec, [executable, *args], privileged=privileged, bwrap=tool)
     return Confined(argv=argv, env=sandbox_env(env, executable), uid=uid)
-
-
-_probed: dict[bool, str | None] = {}
-
-
-def probe() -> str | None:
-    """Whether bwrap can build a sandbox here: None, or one line that names the fix."""
-    privileged = os.geteuid() == 0
-    if privileged in _probed:
-        return _probed[privileged]
-    tool = shutil.which("bwrap")
-    if tool is None:
-        problem: str | None = f"the sandbox needs bwrap, which is not installed: {FIX_INSTALL}"
-    else:
-        spec = bwrap.SandboxSpec(system=bwrap.system_binds(), network=False, uid=65534 if privileged else None)
-        argv = bwrap.bwrap_argv(spec, ["true"], privileged=privileged, bwrap=tool)
-        try:
-            done = subprocess.run(
-                argv, env={"PATH": BASE_PATH}, capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            problem = f"bwrap cannot run ({exc}): {FIX_INSTALL}"
-        else:
-            problem = None if done.returncode == 0 else _explain(done.stderr)
-    _probed[privileged] = problem
-    return problem
-
-
-def _explain(stderr: str) -> str:
-    said = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no message"
-    lowered = said.lower()
-    if "namespace" in lowered or "uid map" in lowered or "setting up uid" in lowered:
-        return f"bwrap cannot create namespaces here ({said}): {FIX_USERNS}"
-    return f"bwrap cannot build a sandbox here ({said}): {FIX_MOUNT}"

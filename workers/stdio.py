@@ -29,7 +29,7 @@ import msgspec
 import trio
 from mcp.shared.message import SessionMessage
 
-from mcpvisor.wire import lifetime
+from mcpvisor.wire import bwrap, lifetime
 from mcpvisor.wire.logs import RotatingFile, pump
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.workers import confine
@@ -274,7 +274,7 @@ async def open_stdio_upstream(
     before_exec = None
     if sandbox is not None:
         try:
-            problem = await trio.to_thread.run_sync(confine.probe)
+            problem = await trio.to_thread.run_sync(bwrap.probe)
             if problem is not None:
                 raise confine.SandboxError(problem)
             confined = confine.confine(sandbox, worker_id, executable, args, env, cwd)

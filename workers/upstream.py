@@ -578,10 +578,17 @@ class Upstream:
         request_id = channel.send_request(method, params, deliver)
         return None if request_id is None else functools.partial(channel.abandon, request_id)
 
+    def _gone_during_call(self, channel: StdioChannel | None) -> WireError:
+        """The process went away with a call in flight: why, when its sandbox's limits killed it."""
+        ended_by = channel.ended_by if channel is not None else ""
+        self.mark_lost(ended_by or "the upstream closed the connection")
+        if ended_by:
+            return WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}': {ended_by}")
+        return WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call")
+
     def _raw_failure(self, channel: StdioChannel, exc: RawError) -> WireError:
         if exc.code == CONNECTION_CLOSED and channel.closed:
-            self.mark_lost("the upstream closed the connection")
-            return WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call")
+            return self._gone_during_call(channel)
         return WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code)
 
     async def _request_raw(self, channel: StdioChannel, method: str, params: bytes | None) -> bytes:
@@ -628,10 +635,7 @@ class Upstream:
                 )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
-                self.mark_lost("the upstream closed the connection")
-                raise WireError(
-                    ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection during the call"
-                ) from None
+                raise self._gone_during_call(self._channel) from None
             raise WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code) from None
         except ValidationError as exc:
             raise WireError(

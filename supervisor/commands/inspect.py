@@ -11,6 +11,7 @@ import msgspec
 
 from mcpvisor.supervisor.commands import CommandError, Name, command
 from mcpvisor.supervisor.commands.server_propose import inspection
+from mcpvisor.wire.sandboxing import describe
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -72,7 +73,36 @@ def render(result: dict[str, Any]) -> str:
     if result["removed_since_approval"]:
         lines.append(f"  removed since approval: {', '.join(result['removed_since_approval'])}")
     lines.append("  (tool descriptions and evidence are untrusted text from the server)")
+    for who, sandbox in result.get("sandboxes", {}).items():
+        lines += render_sandbox(who, sandbox)
     return "\n".join(lines)
+
+
+def render_sandbox(who: str, sandbox: dict[str, Any]) -> list[str]:
+    """What a sandbox allows, as Flatpak's `info --show-permissions` shows an app's."""
+    if not sandbox.get("enabled"):
+        return [f"  sandbox ({who}): none, the process runs as mcpvisor does"]
+    cpu = f"{sandbox['cpu']:g} cores" if sandbox.get("cpu") else "unlimited"
+    return [
+        f"  sandbox ({who}):",
+        f"    network:    {sandbox['network']}",
+        f"    read-only:  {', '.join(sandbox['read_only'])}",
+        f"    writable:   {', '.join(sandbox['writable'])}",
+        f"    limits:     {sandbox['memory_mb']} MiB, {sandbox['max_processes']} processes, CPU {cpu}"
+        f" (by {sandbox['limits']})",
+        f"    never:      {', '.join(sandbox['never'])}",
+    ]
+
+
+def sandboxes(sup: Supervisor, name: str) -> dict[str, Any]:
+    """The sandbox of the server itself and of each tenant's worker of it."""
+    if name not in sup.config.servers:
+        return {}
+    found = {name: describe(sup.sandbox_plan(name))}
+    for tenant, table in sup.config.tenants.items():
+        if name in table.servers:
+            found[f"{tenant}/{name}"] = describe(sup.sandbox_plan(f"{tenant}/{name}"))
+    return found
 
 
 @command("inspect", args=Name, usage="inspect NAME", render=render)
@@ -94,4 +124,6 @@ async def inspect(sup: Supervisor, args: Name) -> dict[str, Any]:
             with contextlib.suppress(CommandError):
                 result["server"] = msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))
         return result
-    return msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))
+    result = msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))
+    result["sandboxes"] = sandboxes(sup, args.name)
+    return result

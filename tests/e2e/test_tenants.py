@@ -193,9 +193,10 @@ async def test_tenants_are_isolated_on_every_path(tmp_path: Path) -> None:
         assert not any(n.startswith("res:") for n in alice_tools | bob_tools)
 
         # One worker and one upstream process per (tenant, server).
-        alice_pid = json.loads((await alice.call("echo:pid", {}))["result"]["content"][0]["text"])
-        bob_pid = json.loads((await bob.call("echo:pid", {}))["result"]["content"][0]["text"])
-        assert alice_pid != bob_pid
+        # (Each runs in its own sandbox, where pids are its own: a random id tells them apart.)
+        alice_id = (await alice.call("echo:instance_id", {}))["result"]["content"][0]["text"]
+        bob_id = (await bob.call("echo:instance_id", {}))["result"]["content"][0]["text"]
+        assert alice_id != bob_id
         # A worker serves as soon as its upstream is ready, and is RUNNING once it has lived `startsecs`.
         rows = await stack.wait_status(
             lambda rows: rows["alice/echo"]["state"] == "RUNNING" and rows["bob/echo"]["state"] == "RUNNING"
@@ -321,7 +322,7 @@ async def test_tenants_are_isolated_on_every_path(tmp_path: Path) -> None:
 
         # The activity log says whose each call was.
         code, activity = stack.ctl("activity", "--server", "echo", "-n", "50")
-        tenants_seen = {row["tenant"] for row in activity["rows"] if row["tool"] == "pid"}
+        tenants_seen = {row["tenant"] for row in activity["rows"] if row["tool"] == "instance_id"}
         assert tenants_seen == {"alice", "bob"}, rows
 
 
@@ -365,13 +366,13 @@ async def test_limits_revocation_and_idle_stop(tmp_path: Path) -> None:
 
         # idle_stop = 2 s: idler's worker stops without requests and starts again on the next one.
         idler = Modern(http, stack.base_url, tokens["idler"])
-        await idler.wait_tools("echo:pid")
-        first_pid = (await idler.call("echo:pid", {}))["result"]["content"][0]["text"]
+        await idler.wait_tools("echo:instance_id")
+        first_id = (await idler.call("echo:instance_id", {}))["result"]["content"][0]["text"]
         await stack.wait_status(lambda rows: rows["idler/echo"]["state"] == "STOPPED", timeout=30)
         assert "idle" in stack.status()["idler/echo"]["description"]
-        second = await idler.call("echo:pid", {})
+        second = await idler.call("echo:instance_id", {})
         assert "result" in second, second
-        assert second["result"]["content"][0]["text"] != first_pid
+        assert second["result"]["content"][0]["text"] != first_id
         # Up again: RUNNING once it has lived `startsecs`, and it may stop idle again 2 s after the call.
         assert stack.status()["idler/echo"]["state"] in ("STARTING", "RUNNING")
 

@@ -81,6 +81,13 @@ def build(name: str) -> MCPServer:
     def pid() -> int:
         return os.getpid()
 
+    # In a sandbox every upstream is pid 2 of its own PID namespace: this tells processes apart.
+    instance = os.urandom(8).hex()
+
+    @server.tool(description="A random id of this upstream process, drawn when it started.")
+    def instance_id() -> str:
+        return instance
+
     @server.tool(description="Return a text of the given length.")
     def long_text(length: int) -> str:
         return "".join(chr(ord("a") + i % 26) for i in range(length))

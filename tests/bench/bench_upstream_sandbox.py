@@ -1,0 +1,92 @@
+"""What an upstream's sandbox costs: its start time and tools/call latency, with and without it.
+
+    python tests/bench/bench_upstream_sandbox.py [--starts 10] [--calls 500]
+
+One run measures both, side by side, on the same upstream (tests/upstreams/echo_server.py, or
+`mcp-server-time` with --time): the time from spawn to the answer of `initialize`, and the median
+and 95th percentile of a `tools/call` round trip over the worker's own stdio channel. As root the
+sandbox also gets its cgroup (memory, pids), as a tenant's would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from mcpvisor.wire.logs import RotatingFile
+from mcpvisor.wire.sandboxing import SandboxPlan, home_dir
+from mcpvisor.workers.stdio import child_environment, open_stdio_upstream
+
+UPSTREAMS = Path(__file__).resolve().parents[1] / "upstreams"
+INIT = (
+    b'{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18",'
+    b'"capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}\n'
+)
+INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+
+
+async def _run(
+    command: list[str], plan: SandboxPlan | None, log: RotatingFile, *, calls: int, tool: tuple[str, bytes]
+) -> tuple[float, list[float]]:
+    """(seconds from spawn to the initialize answer, [seconds per tools/call]) of one upstream process."""
+    env = {} if plan is not None else child_environment({})
+    started = time.perf_counter()
+    async with open_stdio_upstream(command[0], command[1:], env, None, log, sandbox=plan, worker_id="bench/up") as (
+        read_stream,
+        _write,
+        channel,
+    ):
+        await channel.write_line(INIT)
+        await read_stream.receive()  # the initialize answer goes to the session's stream
+        ready = time.perf_counter() - started
+        await channel.write_line(INITIALIZED)
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            await channel.request("tools/call", tool[1])
+            times.append(time.perf_counter() - t0)
+        return ready, times
+
+
+def summary(values: list[float]) -> str:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return f"p50 {statistics.median(ordered) * 1000:7.2f} ms   p95 {p95 * 1000:7.2f} ms"
+
+
+async def main(args: argparse.Namespace) -> None:
+    if shutil.which("bwrap") is None:
+        print("bwrap is not installed (apt-get install bubblewrap)")
+        return
+    if args.time:
+        command = [shutil.which("mcp-server-time") or "mcp-server-time", "--local-timezone", "UTC"]
+        tool = ("get_current_time", b'{"name":"get_current_time","arguments":{"timezone":"UTC"}}')
+    else:
+        command = [sys.executable, str(UPSTREAMS / "echo_server.py")]
+        tool = ("echo", b'{"name":"echo","arguments":{"text":"hello"}}')
+    with tempfile.TemporaryDirectory() as data:
+        log = RotatingFile(Path(data) / "bench.stderr.log")
+        plan = SandboxPlan(home=home_dir(data, "bench/up"), hidden=(data,))
+        print(f"upstream: {' '.join(Path(c).name for c in command)}; as {'root' if os.geteuid() == 0 else 'a user'}")
+        for label, each in (("no sandbox", None), ("sandbox", plan)):
+            await _run(command, each, log, calls=20, tool=tool)  # warm the page cache and the home
+            starts = [(await _run(command, each, log, calls=0, tool=tool))[0] for _ in range(args.starts)]
+            _, calls = await _run(command, each, log, calls=args.calls, tool=tool)
+            print(f"{label:>10}  start to initialize: {summary(starts)}   tools/call: {summary(calls)}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--time", action="store_true", help="use mcp-server-time instead of the echo test server")
+    trio.run(main, parser.parse_args())
