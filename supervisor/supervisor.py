@@ -100,6 +100,8 @@ def hidden_paths(config: Config, config_path: Path, data_dir: Path, run_dir: Pat
         if server.oauth is not None and server.oauth.client_secret:
             values.append(server.oauth.client_secret)
     values += [registry.token for registry in config.registries.values() if registry.token]
+    if config.mcpvisor.state_url:
+        values.append(config.mcpvisor.state_url)
     paths += _secret_files(values)
     files = list(config.mcpvisor.admin_token_files)
     for tenant in config.tenants.values():
