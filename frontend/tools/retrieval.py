@@ -141,7 +141,8 @@ def budgeted_answer(
 
     A full entry is given while the answer stays within half the budget (a tool with a schema of
     thousands of tokens goes compact instead, and `describe_tools` gives it); compact entries
-    are added while the whole answer stays within the budget.
+    are added while the whole answer stays within the budget (a budget too small for one still
+    names the best tool).
     """
     budget = search.answer_tokens * CHARS_PER_TOKEN
     # `total` is counted at its widest (three digits), so that the size below is an upper bound.
@@ -161,7 +162,7 @@ def budgeted_answer(
                 continue
         line = compact_entry(hit.server, hit.tool, definition, summary_bound(len(more), search.summary_chars))
         cost = len(dumps(line)) + (1 if more else 0)
-        if size + cost > budget:
+        if size + cost > budget and (tools or more):  # however small the budget, the best tool is named
             break
         more.append(line)
         size += cost

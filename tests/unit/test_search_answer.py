@@ -94,7 +94,7 @@ def names_in(answer: dict[str, Any]) -> list[str]:
     return [tool["name"] for tool in answer["tools"]] + [line.split(SEPARATOR)[0] for line in answer.get("more", [])]
 
 
-@pytest.mark.parametrize("budget", [60, 300, 1000, 4000])
+@pytest.mark.parametrize("budget", [80, 300, 1000, 4000])
 def test_the_default_answer_fits_its_budget_in_ranked_order(budget: int) -> None:
     found = catalog(100)
     answer = budgeted_answer("find a tool", found, SearchConfig(answer_tokens=budget))
@@ -104,8 +104,14 @@ def test_the_default_answer_fits_its_budget_in_ranked_order(budget: int) -> None
     names = names_in(answer)
     assert names == [f"{hit.server}:{hit.tool}" for hit, _ in found[: len(names)]]
     assert answer["total"] == len(names)
+    assert names, "the best tool is always named"
     if budget >= 300:
         assert len(names) > 5, "a budget that fits five full tools names many more compact"
+
+
+def test_a_budget_too_small_for_anything_still_names_the_best_tool() -> None:
+    answer = budgeted_answer("find a tool", catalog(10), SearchConfig(answer_tokens=1))
+    assert answer["tools"] == [] and answer["more"] == ["server0:tool_0 — Tool number 0 does one thing well."]
 
 
 def test_the_best_tool_comes_in_full_and_the_next_compact() -> None:
