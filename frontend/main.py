@@ -223,6 +223,7 @@ async def run(
             )
             task_status.started()
     finally:
+        writer.run_pending()
         db.close()
         calls.close()
         events.close()

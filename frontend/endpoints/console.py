@@ -176,14 +176,14 @@ class OperatorDoor:
     def tokens_required(self) -> bool:
         return self.authenticate is not None
 
-    def session_of(self, scope: Scope) -> Session | None:
+    async def session_of(self, scope: Scope) -> Session | None:
         session = self.sessions.get(cookie(scope, COOKIE))
-        if session is not None and session.principal is not None and not self._token_alive(session.principal):
+        if session is not None and session.principal is not None and not await self._token_alive(session.principal):
             self.sessions.drop(session.id)
             return None
         return session
 
-    def _token_alive(self, principal: Principal) -> bool:
+    async def _token_alive(self, principal: Principal) -> bool:
         """Whether the stored token a session was opened with still admits.
 
         Only tokens of the state store are checked here; a session opened with a JWT or a token
@@ -194,12 +194,12 @@ class OperatorDoor:
         now = time.time()
         return any(
             info.id == principal.token_id and (info.expires is None or info.expires > now)
-            for info in self.tokens.list()
+            for info in await self.tokens.alist()
         )
 
     async def enter(self, scope: Scope, receive: Receive, send: Send, *, page: bool = False) -> Admitted | None:
         """The admitted operator, or None once a refusal (401/403, or a redirect to the login) is sent."""
-        session = self.session_of(scope)
+        session = await self.session_of(scope)
         by_token = bearer_token(scope) is not None
         if session is not None and session.principal is not None and not by_token:
             # A logged-in console session; the boundary would ask for a bearer token it cannot have.

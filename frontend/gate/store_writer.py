@@ -9,6 +9,7 @@ and the order of writes (a pin, then the quarantine lifted) is kept.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -20,6 +21,7 @@ log = logging.getLogger(__name__)
 
 QUEUE_LIMIT: Final = 10_000  # writes waiting; beyond it the store is down or far too slow: they are dropped
 BATCH: Final = 256  # writes run in one trip to a thread
+SHUTDOWN_BUDGET: Final = 2.0  # seconds a stopping frontend spends on writes still queued
 
 
 class StoreWriter:
@@ -68,6 +70,17 @@ class StoreWriter:
                 except trio.WouldBlock:
                     break
             await trio.to_thread.run_sync(_run_all, batch)
+
+    def run_pending(self, budget: float = SHUTDOWN_BUDGET) -> None:
+        """Run what is still queued, here and now (blocking), for at most `budget` seconds: at shutdown,
+        so the last calls are logged, without a store that is down holding the stop up."""
+        deadline = time.monotonic() + budget
+        while time.monotonic() < deadline:
+            try:
+                write = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            write()
 
 
 def _run_all(batch: list[Callable[[], None]]) -> None:

@@ -230,3 +230,45 @@ async def test_a_bad_state_url_is_a_clear_error_without_the_password(
     result = mcpvisor(config, "check")
     assert result.returncode == 2 and "state_url must start with postgresql://" in result.stderr
     assert "u:p@" not in result.stderr
+
+
+async def test_a_proposal_made_on_one_replica_is_approved_on_another_and_runs_on_all(
+    tmp_path: Path, postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    servers = {"echo": echo_server("echo")}
+    async with open_replicas(tmp_path, 3, servers, state_url=postgres_url) as replicas:
+        gamma = echo_server("gamma")
+        async with replicas[0].client("/mcp") as client:
+            with trio.fail_after(30):
+                answer = await client.call_tool("upstream_servers", {"operation": "add", "name": "gamma", **gamma})
+            assert "PENDING, NOT APPLIED" in str(answer.content)
+
+        # The operator of another replica sees the proposal, and approves it there.
+        with trio.fail_after(10):
+            while True:
+                code, pending = await replicas[2].actl("pending")
+                assert code == 0, pending
+                if pending["proposals"]:
+                    break
+                await trio.sleep(0.1)
+        assert [row["name"] for row in pending["proposals"]] == ["gamma"]
+        code, answer = await replicas[1].actl("approve", "gamma")
+        assert code == 0, answer
+
+        async with httpx2.AsyncClient(timeout=30) as http:
+            took = await until_all(http, replicas, lambda names: "gamma:echo" in names)
+            print(f"\napproved proposal ran on all three after {took * 1000:.0f} ms")
+            code, pending = await replicas[0].actl("pending")
+            assert code == 0 and pending["proposals"] == []
+
+            # A change that reached the store without its notification (a dropped connection) is
+            # still applied: every replica re-reads the store every few seconds.
+            postgres_cluster.psql(
+                'UPDATE server_changes SET server = replace(server, \'"command"\', \'"enabled":false,"command"\')'
+                " WHERE name = 'gamma'",
+                database=postgres_url.rsplit("/", 1)[1],
+            )
+            took = await until_all(http, replicas, lambda names: "gamma:echo" not in names)
+            print(f"a change without a notification held on all three after {took * 1000:.0f} ms")
+        for stack in replicas:
+            assert not (stack.data_dir / "proposals.json").exists()
