@@ -56,7 +56,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             shared = SharedState.open(config.mcpvisor.state_url)
         except StateStoreError as exc:
-            logging.getLogger("mcpvisor.supervisor").error("cannot start: %s", exc)
             print(f"mcpvisor: {exc}", file=sys.stderr)
             return 1
     try:

@@ -80,8 +80,11 @@ class ToolApprovals:
         def write() -> None:
             with transaction(self._db) as db:
                 db.execute("DELETE FROM pins WHERE server = ? AND kind = ?", (server, kind))
+                # Replicas that first see a server at once pin it at once: the same rows, written twice.
                 db.executemany(
-                    "INSERT INTO pins (server, kind, name, hash, approved_at) VALUES (?, ?, ?, ?, ?)",
+                    "INSERT INTO pins (server, kind, name, hash, approved_at) VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT (server, kind, name) DO UPDATE SET hash = excluded.hash,"
+                    " approved_at = excluded.approved_at",
                     [(server, kind, name, digest, now) for name, digest in hashes.items()],
                 )
                 notify(db, PINS)
