@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import httpx2
 
 from mcpvisor.wire.config import SearchConfig
+from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.secrets import SecretError, resolve
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ class EmbeddingService:
 
     def __init__(self, search: SearchConfig, dimension: int = 0) -> None:
         assert search.embedding_url is not None
-        self.url = search.embedding_url
+        self._url = search.embedding_url
+        # What logs, errors and /healthz show: a password or key written into the URL is masked.
+        self.url = redact_secrets(search.embedding_url)
         self._model = search.embedding_model
         self._input_type = search.embedding_input_type
         self._batch = search.embedding_batch
@@ -55,7 +58,7 @@ class EmbeddingService:
             self._headers["Authorization"] = f"Bearer {key}"
         self.dimension = dimension
         # The service's vectors are only comparable with vectors of the same service and model.
-        digest = hashlib.sha256(f"{self.url}\0{self._model}\0{self._input_type}".encode()).hexdigest()[:16]
+        digest = hashlib.sha256(f"{self._url}\0{self._model}\0{self._input_type}".encode()).hexdigest()[:16]
         self.fingerprint = f"service-{digest}-r{RECIPE_VERSION}"
         # trust_env=False: the operator's URL is the one reached, not a proxy from the environment.
         self._client = httpx2.Client(timeout=BATCH_TIMEOUT, follow_redirects=False, trust_env=False)
@@ -85,7 +88,7 @@ class EmbeddingService:
         for start in range(0, len(texts), self._batch):
             batch = texts[start : start + self._batch]
             try:
-                response = self._client.post(self.url, headers=self._headers, json=self._body(batch, "passage"))
+                response = self._client.post(self._url, headers=self._headers, json=self._body(batch, "passage"))
             except httpx2.TimeoutException:
                 raise ServiceError(f"{self.url} did not answer within {BATCH_TIMEOUT:.0f} s") from None
             except httpx2.HTTPError as error:
@@ -100,7 +103,7 @@ class EmbeddingService:
         if self._async is None:
             self._async = httpx2.AsyncClient(timeout=self.query_timeout, follow_redirects=False, trust_env=False)
         try:
-            response = await self._async.post(self.url, headers=self._headers, json=self._body([query], "query"))
+            response = await self._async.post(self._url, headers=self._headers, json=self._body([query], "query"))
         except httpx2.TimeoutException:
             raise ServiceError(f"{self.url} did not answer within {self.query_timeout:g} s") from None
         except httpx2.HTTPError as error:

@@ -23,6 +23,7 @@ import trio
 from mcpvisor.frontend.door.embedding_service import EmbeddingService, ServiceError
 from mcpvisor.frontend.door.search import ToolIndex
 from mcpvisor.wire.config import SearchConfig
+from mcpvisor.wire.redaction import redact_secrets
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,7 +40,7 @@ class ServiceRanking:
 
     def __init__(self, search: SearchConfig, cache_dir: Path | None = None) -> None:
         self.config = search
-        self.url = search.embedding_url or ""
+        self.url = redact_secrets(search.embedding_url or "")
         self._cache_dir = cache_dir
         self.index: ToolIndex | None = None
         self._service: EmbeddingService | None = None

@@ -75,6 +75,14 @@ async def test_failures_are_service_errors_that_name_no_secret(monkeypatch: pyte
             await trio.to_thread.run_sync(service.embed, ["a"])
         assert secret not in str(failed.value)
         service.close()
+        # A password written into the URL is masked wherever the URL is shown.
+        in_url = wrong_path.embedding_url.replace("http://", "http://user:pw-in-url-5521@")
+        service = EmbeddingService(SearchConfig(embedding_url=in_url))
+        with pytest.raises(ServiceError, match="answered HTTP 404") as failed:
+            await service.embed_query("a")
+        assert "pw-in-url-5521" not in str(failed.value) + service.url and "<redacted>" in service.url
+        await service.aclose()
+        service.close()
     unreachable = EmbeddingService(SearchConfig(embedding_url=f"http://127.0.0.1:{free_port()}/v1/embeddings"))
     with pytest.raises(ServiceError, match="cannot be reached"):
         await unreachable.embed_query("a")
