@@ -25,6 +25,7 @@ from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.console import Console, OperatorDoor
 from mcpvisor.frontend.endpoints.http1 import coalesce_response_writes
 from mcpvisor.frontend.endpoints.http_server import Http1Server
+from mcpvisor.frontend.endpoints.leaving import Leaving
 from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMetadata, resource_metadata_url
 from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.gate.activity import ActivityLog
@@ -71,7 +72,7 @@ async def serve_reports(sock: ZSocket) -> None:
 
 
 async def run(
-    spec: frontend_spec.FrontendSpec, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    spec: frontend_spec.FrontendSpec, *, task_status: trio.TaskStatus[Departure] = trio.TASK_STATUS_IGNORED
 ) -> None:
     settings = spec.settings
     host, port = parse_listen(settings.listen)
@@ -206,8 +207,9 @@ async def run(
             plain = await stacks.of("")
             nursery.start_soon(control_client.serve, operator.answer)
             metrics = shared.metrics
+            gate = Leaving(app, settings.max_body_bytes)
             listener = Http1Server(
-                app,
+                gate,
                 config,
                 max_body=settings.max_body_bytes,
                 on_connection=metrics.connections.inc if metrics is not None else None,
@@ -221,7 +223,7 @@ async def run(
                 ", ".join(plain.endpoints) or "none",
                 f"; {len(spec.tenants)} tenants" if spec.tenants else "",
             )
-            task_status.started()
+            task_status.started(Departure(gate, listener, settings.leave_delay, settings.leave_timeout))
     finally:
         writer.run_pending()
         db.close()
@@ -234,11 +236,48 @@ async def run(
             os.unlink(spec.calls_endpoint.removeprefix("ipc://"))
 
 
+class Departure:
+    """How this frontend leaves on SIGTERM: not-ready at once, then no new connections, then stop."""
+
+    def __init__(self, gate: Leaving, listener: Http1Server, delay: float, timeout: float) -> None:
+        self.gate = gate
+        self.listener = listener
+        self.delay = delay
+        self.timeout = timeout
+
+    async def leave(self) -> None:
+        """Returns once the calls in flight are done (or `timeout` has passed)."""
+        self.gate.start()
+        log.info("leaving: /healthz answers 503; accepting for %g s more", self.delay)
+        await trio.sleep(self.delay)
+        self.listener.stop_accepting()
+        with trio.move_on_after(self.timeout) as waited:
+            await self.gate.wait_idle()
+        if waited.cancelled_caught:
+            log.warning("leaving with %d calls still in flight after %g s", self.gate.in_flight, self.timeout)
+
+
 async def main(spec: frontend_spec.FrontendSpec) -> None:
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(run, spec)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            departure: Departure | None = None
+
+            async def start() -> None:
+                nonlocal departure
+                departure = await nursery.start(run, spec)
+
+            async def leave(departure: Departure) -> None:
+                await departure.leave()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(start)
+            leaving = False
             async for signum in signals:
+                # SIGTERM leaves gracefully once serving; a second one, or Ctrl-C, stops at once.
+                if signum == signal.SIGTERM and departure is not None and not leaving:
+                    leaving = True
+                    nursery.start_soon(leave, departure)
+                    continue
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 return

@@ -60,6 +60,13 @@ OPERATOR_TIMEOUT = 30.0  # seconds the frontend has to answer an operator's requ
 FRONTEND_POLICY = Policy(startsecs=1, startretries=10, backoff_max=30, stopwaitsecs=10)
 
 
+def frontend_policy(config: Config) -> Policy:
+    """The frontend's policy: stopping it waits for it to leave the load balancer's rotation."""
+    settings = config.mcpvisor
+    wait = FRONTEND_POLICY.stopwaitsecs + settings.leave_delay + settings.leave_timeout
+    return msgspec.structs.replace(FRONTEND_POLICY, stopwaitsecs=wait)
+
+
 def _clip(text: str, limit: int = 200) -> str:
     """Anyone who can reach the control socket chooses these strings: one short printable line."""
     text = text if len(text) <= limit else text[:limit] + "..."
@@ -625,6 +632,7 @@ class Supervisor:
         frontend = self.programs.get(FRONTEND)
         if frontend is not None:
             frontend.launch = self.frontend_launch()
+            frontend.policy = frontend_policy(new)
             if diff.settings_changed:
                 await self.stop_programs([frontend])
                 frontend.start()
@@ -708,7 +716,7 @@ class Supervisor:
                 nursery.start_soon(self._serve_systemd_watchdog)
                 if self.shared is not None:
                     nursery.start_soon(self.shared.serve_watching, self.follow_shared, self.follow_proposals)
-                self._add_program(FRONTEND, self.frontend_launch(), FRONTEND_POLICY).start()
+                self._add_program(FRONTEND, self.frontend_launch(), frontend_policy(self.config)).start()
                 self._start_workers(desired_workers(self.config))
                 log.info(
                     "mcpvisor started: %d servers, listening on %s, control at %s",
@@ -721,6 +729,10 @@ class Supervisor:
                 await self.shutdown_requested.wait()
                 self.notifier.send("STOPPING=1")
                 log.info("stopping every process")
+                # The frontend first: it finishes the calls in flight, which need their workers.
+                frontend = self.programs.get(FRONTEND)
+                if frontend is not None:
+                    await self.stop_programs([frontend])
                 await self.stop_programs(list(self.programs.values()))
                 nursery.cancel_scope.cancel()
         finally:

@@ -364,6 +364,20 @@ class Settings(_Strict):
             " reset it. A server's policy may override it."
         ),
     ] = 120.0
+    leave_delay: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="After SIGTERM, seconds mcpvisor goes on serving while /healthz answers 503, so a load"
+            " balancer's health checks take it out of rotation before it stops accepting. 0 on a single host."
+        ),
+    ] = 0.0
+    leave_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(
+            description="Once it stops accepting, the longest mcpvisor waits for the calls in flight to finish"
+            " before it stops the workers."
+        ),
+    ] = 30.0
     data_dir: Annotated[
         str | None,
         msgspec.Meta(

@@ -409,6 +409,7 @@ class Http1Server:
         self._context = WorkerContext(None)
         self._wrapped = ASGIWrapper(app)  # type: ignore[arg-type]
         self._state = ConnectionState({})
+        self._accepting = trio.CancelScope()
 
     async def fallback(self, stream: trio.abc.Stream) -> None:
         """hypercorn's own HTTP/1.1 (and h2c) connection, from the bytes `stream` still holds."""
@@ -428,11 +429,27 @@ class Http1Server:
         if sockets.secure_sockets or sockets.quic_sockets:
             raise ValueError("the frontend serves plain HTTP; TLS is for the proxy in front of it")
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(trio.serve_listeners, self._connection, listeners)
+            async with trio.open_nursery() as connections:
+                await connections.start(self._accept, listeners, connections)
                 task_status.started(binds)
         finally:
             await self._context.terminated.set()
+
+    async def _accept(
+        self,
+        listeners: list[trio.SocketListener],
+        connections: trio.Nursery,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with self._accepting:
+            await trio.serve_listeners(
+                self._connection, listeners, handler_nursery=connections, task_status=task_status
+            )
+
+    def stop_accepting(self) -> None:
+        """Close the listening sockets; the connections open go on being served."""
+        self._accepting.cancel()
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         if self.on_connection is not None:
