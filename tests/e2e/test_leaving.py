@@ -1,6 +1,6 @@
 """Replicas behind a real HAProxy (the shipped config): one leaves gracefully, one dies.
 
-Given two `mcpvisor serve` replicas of the same config behind HAProxy, and SDK clients calling
+Given two `mcpvisor serve` replicas of the same config sharing one PostgreSQL store, behind HAProxy, and SDK clients calling
 through it: SIGTERM to one replica reports it not-ready at once, fails no call and ends it once its
 calls are done; `kill -9` of one fails only the calls in flight on it, and the handshake-era
 sessions it held get 404 (with "Session not found") and start again on the other replica.
@@ -22,21 +22,28 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.support.haproxy import HAProxy, open_haproxy
-from tests.support.stack import Stack, alive, echo_server, open_stack
+from tests.support.postgres import cluster_fixture, database_fixture
+from tests.support.stack import Stack, alive, echo_server, open_replicas
 
 MODERN = "2026-07-28"
 LEAVE_DELAY = 3.0  # more than HAProxy's health check needs to take a replica out (inter 1s, fall 1)
 
 
+postgres_cluster = cluster_fixture()
+postgres_url = database_fixture()
+
+
 @asynccontextmanager
-async def replicas_behind_haproxy(tmp_path: Path, count: int) -> AsyncIterator[tuple[list[Stack], HAProxy]]:
+async def replicas_behind_haproxy(
+    tmp_path: Path, count: int, state_url: str
+) -> AsyncIterator[tuple[list[Stack], HAProxy]]:
+    """`count` replicas sharing one PostgreSQL store, behind HAProxy running the shipped config."""
     async with AsyncExitStack() as stack:
-        replicas = [
-            await stack.enter_async_context(
-                open_stack(tmp_path / f"replica{i}", {"echo": echo_server()}, settings={"leave_delay": LEAVE_DELAY})
+        replicas = await stack.enter_async_context(
+            open_replicas(
+                tmp_path, count, {"echo": echo_server()}, state_url=state_url, settings={"leave_delay": LEAVE_DELAY}
             )
-            for i in range(1, count + 1)
-        ]
+        )
         servers = {f"replica{i}": replica.port for i, replica in enumerate(replicas, 1)}
         proxy = await stack.enter_async_context(open_haproxy(tmp_path, servers))
         await wait_in_rotation(proxy, len(replicas))
@@ -75,8 +82,8 @@ async def steady_load(url: str, failures: list[str], done: trio.Event, counts: d
                 failures.append(f"{type(exc).__name__}: {exc}")
 
 
-async def test_sigterm_to_one_replica_under_steady_load_fails_no_call(tmp_path: Path) -> None:
-    async with replicas_behind_haproxy(tmp_path, 2) as (replicas, proxy):
+async def test_sigterm_to_one_replica_under_steady_load_fails_no_call(tmp_path: Path, postgres_url: str) -> None:
+    async with replicas_behind_haproxy(tmp_path, 2, postgres_url) as (replicas, proxy):
         leaving, staying = replicas
         failures: list[str] = []
         counts: dict[str, int] = {}
@@ -129,8 +136,8 @@ async def replica_of(client: Client, replicas: list[Stack]) -> int:
     return next(i for i, replica in enumerate(replicas) if pid in replica.pids())
 
 
-async def test_kill_9_of_one_replica_costs_only_its_own_sessions(tmp_path: Path) -> None:
-    async with replicas_behind_haproxy(tmp_path, 2) as (replicas, proxy), AsyncExitStack() as sessions:
+async def test_kill_9_of_one_replica_costs_only_its_own_sessions(tmp_path: Path, postgres_url: str) -> None:
+    async with replicas_behind_haproxy(tmp_path, 2, postgres_url) as (replicas, proxy), AsyncExitStack() as sessions:
         url = f"{proxy.base_url}/mcp/direct"
         clients = [await sessions.enter_async_context(Client(url, mode="legacy")) for _ in range(4)]
         homes = [await replica_of(client, replicas) for client in clients]
