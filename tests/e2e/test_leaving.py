@@ -174,7 +174,9 @@ async def test_kill_9_of_one_replica_costs_only_its_own_sessions(tmp_path: Path,
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
         assert in_flight and in_flight[0].startswith("failed"), in_flight
-        assert not any(alive(pid) for pid in victims)
+        with trio.fail_after(10):  # SIGKILL is delivered at once, the exits take a moment
+            while any(alive(pid) for pid in victims):
+                await trio.sleep(0.05)
 
         survivor = 1 - doomed
         for client, home in zip(clients, homes, strict=True):
