@@ -32,7 +32,8 @@ from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.gate.approvals import ToolApprovals
 from mcpvisor.frontend.gate.store_writer import StoreWriter
 from mcpvisor.frontend.stacks import Shared, Stacks
-from mcpvisor.wire import codec, frontend_spec, lifetime, logs
+from mcpvisor.frontend.tools.code_execution import Confinement
+from mcpvisor.wire import codec, frontend_spec, lifetime, logs, script_sandbox
 from mcpvisor.wire.config import parse_listen
 from mcpvisor.wire.inbox import serve_messages
 from mcpvisor.wire.messages import ConfigChanged, EventMessage, ProcessEvent, Report
@@ -121,6 +122,19 @@ async def run(
         config_path=spec.config_path,
         registries=spec.registries,
         search=spec.search,
+        script_confinement=Confinement(
+            required=script_sandbox.sandbox_required(settings, spec.tenants),
+            hidden=tuple(
+                script_sandbox.hidden_for(
+                    settings,
+                    spec.servers,
+                    spec.tenants,
+                    config_path=spec.config_path,
+                    data_dir=spec.data_dir,
+                    endpoints=(spec.calls_endpoint, spec.control_endpoint, spec.events_endpoint),
+                )
+            ),
+        ),
     )
     services: trio.Nursery | None = None
 

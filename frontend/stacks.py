@@ -40,6 +40,7 @@ from mcpvisor.frontend.endpoints.direct import build_direct_server
 from mcpvisor.frontend.endpoints.search_first import build_search_server
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.tools.builtins import Builtins
+from mcpvisor.frontend.tools.code_execution import Confinement
 from mcpvisor.frontend.tools.response_cache import ResponseCache
 from mcpvisor.wire.config import RegistryConfig, SearchConfig, ServerConfig, Settings, TenantConfig
 from mcpvisor.wire.states import UpstreamState
@@ -70,6 +71,8 @@ class Shared:
     config_path: str
     registries: Mapping[str, RegistryConfig]
     search: SearchConfig = field(default_factory=SearchConfig)
+    # How code_execution's script processes are confined (bwrap; required with tenants).
+    script_confinement: Confinement = field(default_factory=Confinement)
 
     @property
     def on_demand(self) -> bool:
@@ -144,6 +147,7 @@ class Stack:
             registries=shared.registries,
             config_path=shared.config_path,
             search=shared.search,
+            confinement=shared.script_confinement,
         )
         endpoints = {"/mcp": build_search_server(self.builtins)}
         if settings.enable_direct_endpoint:

@@ -75,7 +75,33 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"mcpvisor: {path}: sandboxes are required but cannot be built: {problem}", file=sys.stderr)
         return 1
     print(f"{path}: ok, {len(config.servers)} servers")
+    if (problem := _code_execution_sandbox(path, config)) is not None:
+        refused, line = problem
+        print(f"mcpvisor: {line}", file=sys.stderr)
+        return 1 if refused else 0
     return 0
+
+
+def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool, str] | None:
+    """Whether code_execution's sandbox can be built here, tried as `serve` will: (refused, line) if not."""
+    if not config.mcpvisor.enable_code_execution:
+        return None
+    from mcpvisor.wire import script_sandbox
+    from mcpvisor.wire.endpoints import Endpoints, runtime_dir
+
+    data = config_mod.data_dir(config, path.resolve())
+    endpoints = Endpoints.in_dir(runtime_dir(data))
+    hidden = script_sandbox.hidden_for(
+        config.mcpvisor,
+        config.servers,
+        config.tenants,
+        config_path=str(path.resolve()),
+        data_dir=str(data),
+        endpoints=(endpoints.calls, endpoints.control, endpoints.events),
+    )
+    required = script_sandbox.sandbox_required(config.mcpvisor, config.tenants)
+    decision = script_sandbox.decide(sys.executable, hidden, required=required)
+    return None if decision.warning is None else (decision.refused, decision.warning)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from mcpvisor.frontend.tools.builtin_calls import VARIANTS, ToolCaller, call_too
 from mcpvisor.frontend.tools.code_execution import (
     CODE_EXECUTION_TOOL,
     CodeExecution,
+    Confinement,
     Limits,
     scripts_dir_for,
     tool_definition,
@@ -74,6 +75,7 @@ class Builtins:
         registries: Mapping[str, RegistryConfig] | None = None,
         config_path: str = "",
         search: SearchConfig | None = None,
+        confinement: Confinement | None = None,
     ) -> None:
         settings = upstreams.settings
         search = search or SearchConfig()
@@ -135,7 +137,12 @@ class Builtins:
         }
         self.code_execution: CodeExecution | None = None
         if settings.enable_code_execution:
-            self.code_execution = CodeExecution(upstreams, scripts_dir_for(config_path), Limits.from_settings(settings))
+            self.code_execution = CodeExecution(
+                upstreams,
+                scripts_dir_for(config_path),
+                Limits.from_settings(settings),
+                confinement=confinement or Confinement(),
+            )
             code_execution = self.code_execution
 
             async def run_code(arguments: Mapping[str, Any], ctx: Any) -> dict[str, Any]:

@@ -13,11 +13,14 @@ routing, so a script can never do more than its caller declared.
 Scripts run in sandbox processes (`python -m mcpvisor.workers.sandbox`, V8), one run per process at
 a time, a few kept warm in a `SandboxPool`. A run that overstays its timeout, or whose process dies
 (a V8 heap blow-up ends the process), costs that process only; the next run gets a fresh one.
+Each process runs inside bubblewrap as well (wire.script_sandbox): no network, no view of the host,
+so a script that escaped V8 would still reach nothing.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -31,7 +34,7 @@ from typing import Any
 import trio
 
 from mcpvisor.frontend.door.upstreams import UNAVAILABLE, NotFound, Refused, UpstreamError, Upstreams
-from mcpvisor.wire import lifetime
+from mcpvisor.wire import lifetime, script_sandbox
 
 CODE_EXECUTION_TOOL = "code_execution"
 SCRIPT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -41,7 +44,13 @@ MAX_BATCH = 100
 MAX_LINE = 64 * 1024 * 1024  # the largest message a sandbox may send (its value, or a batch of calls)
 DEFAULT_HEAP_MB = 256
 DEFAULT_POOL_SIZE = 2
+REFUSED = (
+    "code_execution cannot run here: its sandbox cannot be built on this host, and without one scripts are"
+    " refused (the operator's log and `mcpvisor check` say why)"
+)
 KILL_GRACE = 2.0  # the sandbox stops a late script itself; past its timeout plus this, the process is killed
+
+log = logging.getLogger(__name__)
 
 CallTool = Callable[[str, str, dict[str, Any], "dict[str, Any] | None"], Awaitable[tuple[bool, Any]]]
 
@@ -274,12 +283,22 @@ class SandboxProcess:
         self.broken = False
 
     @classmethod
-    async def start(cls, heap_mb: int = DEFAULT_HEAP_MB, python: str = sys.executable) -> SandboxProcess:
-        # No inherited environment: the script cannot see it anyway, and the process needs none of it.
-        env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    async def start(
+        cls,
+        heap_mb: int = DEFAULT_HEAP_MB,
+        python: str = sys.executable,
+        decision: script_sandbox.Decision | None = None,
+    ) -> SandboxProcess:
+        """Start one process, inside bwrap when `decision` says so (None: as it is, V8 alone)."""
+        command = [python, "-m", script_sandbox.MODULE, "--heap-mb", str(heap_mb)]
+        if decision is not None and decision.confined:
+            argv, env = decision.argv(command), script_sandbox.environment(python)
+        else:
+            # No inherited environment: the script cannot see it anyway, and the process needs none of it.
+            argv, env = command, {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             child = lifetime.spawn(
-                [python, "-m", "mcpvisor.workers.sandbox", "--heap-mb", str(heap_mb)],
+                argv,
                 env=env,
                 cwd="/",
                 stdin_pipe=True,
@@ -352,6 +371,20 @@ class SandboxProcess:
         await self.kill()
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """Whether the pool's processes run inside bwrap (`enabled`), and what the sandbox must respect.
+
+    `required`: refuse to run scripts at all when the sandbox cannot be built (tenants, or
+    `[mcpvisor] sandbox` on); otherwise they run in V8 alone, with a warning. `hidden`: host paths
+    never shown (wire.script_sandbox.hidden_paths).
+    """
+
+    enabled: bool = True
+    required: bool = False
+    hidden: tuple[str, ...] = ()
+
+
 @dataclass
 class SandboxPool:
     """Up to `size` sandbox processes, each running one script at a time; idle ones are kept warm."""
@@ -359,8 +392,10 @@ class SandboxPool:
     size: int = DEFAULT_POOL_SIZE
     heap_mb: int = DEFAULT_HEAP_MB
     python: str = sys.executable
+    confinement: Confinement = Confinement()
     _idle: list[SandboxProcess] = field(default_factory=list)
     _slots: trio.Semaphore | None = None
+    _decision: script_sandbox.Decision | None = None
     started: int = 0  # processes started so far (a respawn after a crash or timeout counts)
 
     def _semaphore(self) -> trio.Semaphore:
@@ -368,13 +403,31 @@ class SandboxPool:
             self._slots = trio.Semaphore(self.size)
         return self._slots
 
+    async def decision(self) -> script_sandbox.Decision | None:
+        """How this pool's processes start: found out once (a probe run of bwrap), then kept."""
+        if not self.confinement.enabled:
+            return None
+        if self._decision is None:
+            decision = await trio.to_thread.run_sync(
+                lambda: script_sandbox.decide(self.python, self.confinement.hidden, required=self.confinement.required)
+            )
+            if self._decision is None:
+                self._decision = decision
+                if decision.warning is not None:
+                    log.warning("%s", decision.warning)
+        return self._decision
+
     async def acquire(self) -> SandboxProcess:
         await self._semaphore().acquire()
         try:
             if self._idle:
                 return self._idle.pop()
+            decision = await self.decision()
+            if decision is not None and decision.refused:
+                # The reason (logged when found) may name host paths: the client gets none of it.
+                raise SandboxDied(REFUSED)
             self.started += 1
-            return await SandboxProcess.start(self.heap_mb, self.python)
+            return await SandboxProcess.start(self.heap_mb, self.python, decision)
         except BaseException:
             self._semaphore().release()
             raise
@@ -581,11 +634,16 @@ class CodeExecution:
     """The `code_execution` built-in tool: a sandbox pool, the stored scripts folder and the door."""
 
     def __init__(
-        self, upstreams: Upstreams, scripts_dir: Path | None, limits: Limits, pool: SandboxPool | None = None
+        self,
+        upstreams: Upstreams,
+        scripts_dir: Path | None,
+        limits: Limits,
+        pool: SandboxPool | None = None,
+        confinement: Confinement = Confinement(),
     ) -> None:
         self.scripts_dir = scripts_dir
         self.limits = limits
-        self.pool = pool or SandboxPool()
+        self.pool = pool or SandboxPool(confinement=confinement)
         self._call_tool = door_callback(upstreams)
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: Any = None) -> dict[str, Any]:

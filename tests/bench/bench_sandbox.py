@@ -4,13 +4,15 @@
 
 Prints the resident memory (RSS, and PSS where the kernel reports it) of one sandbox process when
 idle, after a JavaScript run, and after the TypeScript compiler was loaded; the time to start a
-process; the median wall time of a trivial run; and the round trip of one inner call_tool (the
-callback answers at once, so the figure is the sandbox's own overhead).
+process and the median wall time of a trivial run, each inside bubblewrap (as the frontend runs
+them where bwrap works) and in V8 alone; and the round trip of one inner call_tool (the callback
+answers at once, so the figure is the sandbox's own overhead).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -19,7 +21,8 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from mcpvisor.frontend.tools.code_execution import Limits, SandboxPool, SandboxProcess, execute_code
+from mcpvisor.frontend.tools.code_execution import Confinement, Limits, SandboxPool, SandboxProcess, execute_code
+from mcpvisor.wire import script_sandbox
 
 
 def memory_mb(pid: int) -> tuple[float, float | None]:
@@ -38,24 +41,48 @@ def memory_mb(pid: int) -> tuple[float, float | None]:
     return rss, pss
 
 
+def interpreter(pid: int) -> int:
+    """The process running V8: `pid` itself, or the one inside bwrap when `pid` is bwrap."""
+    while os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "bwrap":
+        pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    return pid
+
+
 async def answer(server: str, tool: str, args: dict, intent: dict | None) -> tuple[bool, dict]:
     return True, {"content": [{"type": "text", "text": "ok"}]}
 
 
 async def main(runs: int, calls: int) -> None:
-    starts = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        process = await SandboxProcess.start()
-        starts.append(time.perf_counter() - t0)
-        await process.aclose()
-    print(f"start a sandbox process: median {statistics.median(starts) * 1000:.0f} ms over {len(starts)}")
+    limits = Limits(timeout_ms=60000)
+    decision = script_sandbox.decide(sys.executable, (), required=False)
+    if decision.warning:
+        print(decision.warning)
+    for label, chosen in (("inside bwrap", decision), ("V8 alone", None)):
+        if label == "inside bwrap" and not decision.confined:
+            continue
+        starts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            process = await SandboxProcess.start(decision=chosen)
+            starts.append(time.perf_counter() - t0)
+            await process.aclose()
+        print(f"start a sandbox process, {label}: median {statistics.median(starts) * 1000:.0f} ms over {len(starts)}")
+        pool = SandboxPool(size=1, confinement=Confinement(enabled=chosen is not None))
+        try:
+            await execute_code({"code": "1"}, answer, pool=pool, limits=limits)
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                await execute_code({"code": "1 + 1"}, answer, pool=pool, limits=limits)
+                times.append(time.perf_counter() - t0)
+            print(f"trivial run, {label}: p50 {statistics.median(times) * 1000:.1f} ms over {runs}")
+        finally:
+            await pool.aclose()
 
     pool = SandboxPool(size=1)
-    limits = Limits(timeout_ms=60000)
     try:
         await execute_code({"code": "1"}, answer, pool=pool, limits=limits)
-        pid = pool._idle[0].pid
+        pid = interpreter(pool._idle[0].pid)
         rss, pss = memory_mb(pid)
         print(f"memory after a first JavaScript run: RSS {rss:.1f} MB" + (f", PSS {pss:.1f} MB" if pss else ""))
 
