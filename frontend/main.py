@@ -123,17 +123,7 @@ async def run(
         registries=spec.registries,
         search=spec.search,
         script_confinement=Confinement(
-            required=script_sandbox.sandbox_required(settings, spec.tenants),
-            hidden=tuple(
-                script_sandbox.hidden_for(
-                    settings,
-                    spec.servers,
-                    spec.tenants,
-                    config_path=spec.config_path,
-                    data_dir=spec.data_dir,
-                    endpoints=(spec.calls_endpoint, spec.control_endpoint, spec.events_endpoint),
-                )
-            ),
+            required=script_sandbox.sandbox_required(settings, spec.tenants), hidden=tuple(spec.hidden)
         ),
     )
     services: trio.Nursery | None = None

@@ -86,19 +86,12 @@ def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool
     """Whether code_execution's sandbox can be built here, tried as `serve` will: (refused, line) if not."""
     if not config.mcpvisor.enable_code_execution:
         return None
+    from mcpvisor.supervisor.supervisor import hidden_paths
     from mcpvisor.wire import script_sandbox
-    from mcpvisor.wire.endpoints import Endpoints, runtime_dir
+    from mcpvisor.wire.endpoints import runtime_dir
 
     data = config_mod.data_dir(config, path.resolve())
-    endpoints = Endpoints.in_dir(runtime_dir(data))
-    hidden = script_sandbox.hidden_for(
-        config.mcpvisor,
-        config.servers,
-        config.tenants,
-        config_path=str(path.resolve()),
-        data_dir=str(data),
-        endpoints=(endpoints.calls, endpoints.control, endpoints.events),
-    )
+    hidden = hidden_paths(config, path.resolve(), data, runtime_dir(data))
     required = script_sandbox.sandbox_required(config.mcpvisor, config.tenants)
     decision = script_sandbox.decide(sys.executable, hidden, required=required)
     return None if decision.warning is None else (decision.refused, decision.warning)

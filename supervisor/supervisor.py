@@ -241,6 +241,7 @@ class Supervisor:
             tenants=self.config.tenants,
             oauth=self.config.oauth,
             search=self.config.search,
+            hidden=hidden_paths(self.config, self.config_path, self.data_dir, self.run_dir),
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
         return Launch([sys.executable, "-P", "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")

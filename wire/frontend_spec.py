@@ -20,6 +20,9 @@ class FrontendSpec(msgspec.Struct, kw_only=True, frozen=True):
     registries: dict[str, RegistryConfig] = {}
     tenants: dict[str, TenantConfig] = {}
     oauth: OAuthResourceConfig | None = None
+    # Host paths no sandbox may see (data, runtime and config dirs, secret and token files):
+    # code_execution's script sandbox covers them wherever a bind would show them.
+    hidden: list[str] = []
     search: SearchConfig = msgspec.field(default_factory=SearchConfig)
 
 

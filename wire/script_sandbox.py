@@ -24,10 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import msgspec
-
 from mcpvisor.wire import bwrap
-from mcpvisor.wire.secrets import SECRET_REF
 
 MODULE = "mcpvisor.workers.sandbox"
 # Imported (or read, for dukpy's TypeScript compiler) inside; each is bound where it is installed.
@@ -169,49 +166,6 @@ def environment(python: str) -> dict[str, str]:
     # sys.path of this process, minus whatever the sandbox does not show (the cwd, a source tree).
     path = [entry for entry in sys.path if entry and any(_inside(os.path.realpath(entry), b) for b in bound)]
     return {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(path)}
-
-
-def hidden_paths(
-    *,
-    config_path: str = "",
-    data_dir: str = "",
-    endpoints: Iterable[str] = (),
-    references: Iterable[str] = (),
-    files: Iterable[str] = (),
-) -> list[str]:
-    """Host paths no script process may see even where a bind would show them: the config's dir, the
-    data dir, the sockets' dir, and every file a `${file:...}` reference or a token file names."""
-    found = []
-    if config_path:
-        found.append(os.path.dirname(os.path.abspath(config_path)))
-    if data_dir:
-        found.append(os.path.abspath(data_dir))
-    for endpoint in endpoints:
-        if endpoint.startswith("ipc://"):
-            found.append(os.path.dirname(endpoint.removeprefix("ipc://")))
-    for text in references:
-        for kind, ref in SECRET_REF.findall(text):
-            if kind == "file":
-                found.append(os.path.abspath(os.path.expanduser(ref)))
-    found += [os.path.abspath(os.path.expanduser(path)) for path in files]
-    return list(dict.fromkeys(found))
-
-
-def hidden_for(
-    settings: object,
-    servers: Mapping[str, object],
-    tenants: Mapping[str, object],
-    *,
-    config_path: str = "",
-    data_dir: str = "",
-    endpoints: Iterable[str] = (),
-) -> list[str]:
-    """`hidden_paths` of a configuration: every `${file:...}` it names, wherever, and its token files."""
-    text = msgspec.json.encode([settings, servers, tenants]).decode()
-    files = list(getattr(settings, "admin_token_files", []))
-    for tenant in tenants.values():
-        files += list(getattr(tenant, "token_files", []))
-    return hidden_paths(config_path=config_path, data_dir=data_dir, endpoints=endpoints, references=[text], files=files)
 
 
 _decided: dict[tuple[str, tuple[str, ...], bool], Decision] = {}

@@ -13,6 +13,7 @@ names the fix.
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import os
 import re
@@ -161,60 +162,66 @@ def read_trace(prefix: Path, first_exec: str) -> list[Call]:
     return calls
 
 
+def as_container(command: list[str], base: Path, *, wrap: list[str] = ()) -> subprocess.CompletedProcess[str]:
+    """Run `command` as the container's user (with its own work dir as the last argument), inside `wrap`."""
+    # The container user's own dir, which it can reach (pytest's tmp dirs are root's alone).
+    work = Path(tempfile.mkdtemp(prefix="mcpvisor-deploy-"))
+    try:
+        os.chown(work, CONTAINER_UID, CONTAINER_UID)
+        work.chmod(0o755)
+        stash = base / "stash"
+        stash.mkdir()
+        inner = as_container_user([*command, str(work)], stash, readable=[work])
+        return subprocess.run(
+            [*wrap, *inner],
+            env={"PATH": os.defpath, "LANG": "C.UTF-8"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_report(done: subprocess.CompletedProcess[str]) -> None:
+    """The driver's run worked: the upstream answered in its sandbox, scripts ran in theirs."""
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["time"].startswith('{\n  "timezone": "UTC"'), report
+    assert report["script"] == {"js": 42, "ts": "typed"}, report
+    assert report["confined"] is True
+
+
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Call]]:
+def traced(tmp_path_factory: pytest.TempPathFactory) -> list[Call]:
     """One run of everything that is to be confined, as a container runs it, under strace."""
     if BWRAP is None or STRACE is None or missing_tools() is not None:
         pytest.skip(missing_tools() or "system package missing: strace")
     base = tmp_path_factory.mktemp("traced")
-    # The container user's own dir, which it can reach (pytest's tmp dirs are root's alone).
-    work = Path(tempfile.mkdtemp(prefix="mcpvisor-traced-"))
-    os.chown(work, CONTAINER_UID, CONTAINER_UID)
-    work.chmod(0o755)
-    stash = base / "stash"
-    stash.mkdir()
     trace = base / "trace"
-    command = as_container_user([sys.executable, "-c", DRIVER, str(work)], stash, readable=[work])
-    done = subprocess.run(
-        [
-            *(STRACE, "-f", "-ff", "-qq", "-s", "64", "-e", f"raw={','.join(RAW)}", "-o", str(trace)),
-            *(arg for name in REFUSED_IN_THE_RUN for arg in ("-e", f"inject={name}:error=EPERM")),
-            *command,
-        ],
-        env={"PATH": os.defpath, "LANG": "C.UTF-8"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    # What ran really worked inside its sandbox, so the trace holds a whole, successful run.
-    assert report["time"].startswith('{\n  "timezone": "UTC"'), report
-    assert report["script"] == {"js": 42, "ts": "typed"}, report
-    assert report["confined"] is True
-    yield read_trace(trace, sys.executable)
-    shutil.rmtree(work, ignore_errors=True)
+    strace = [
+        *(STRACE, "-f", "-ff", "-qq", "-s", "64", "-e", f"raw={','.join(RAW)}", "-o", str(trace)),
+        *(arg for name in REFUSED_IN_THE_RUN for arg in ("-e", f"inject={name}:error=EPERM")),
+    ]
+    # The trace is read only if the run worked: then it holds a whole, successful run.
+    check_report(as_container([sys.executable, "-c", DRIVER], base, wrap=strace))
+    return read_trace(trace, sys.executable)
 
 
 DRIVER = r"""
 import json, os, subprocess, sys, trio
 from mcpvisor.frontend.tools.code_execution import Confinement, SandboxPool, execute_code
-from mcpvisor.wire import bwrap, script_sandbox
+from mcpvisor.wire.sandboxing import SandboxPlan
+from mcpvisor.workers.confine import confine
 
 work = sys.argv[1]
 
-def prefixes():
-    real = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
-    return [bwrap.Bind(source=path) for path in dict.fromkeys([real, sys.prefix]) if not path.startswith("/usr/")]
-
 def upstream():
-    # An upstream's sandbox as the worker builds it: the system, its install prefix, a private home.
-    home = os.path.join(work, "home")
-    os.makedirs(home, exist_ok=True)
-    spec = bwrap.SandboxSpec(system=bwrap.system_binds(), binds=tuple(prefixes()), home=home, network=True)
-    argv = bwrap.bwrap_argv(spec, [os.path.join(sys.prefix, "bin", "mcp-server-time")], privileged=False)
-    env = {"PATH": "/usr/bin:/bin", "HOME": bwrap.HOME, "LANG": "C.UTF-8"}
+    # An upstream's sandbox exactly as a tenant's worker builds it (workers/confine.py).
+    plan = SandboxPlan(home=os.path.join(work, "home"), network=True)
+    confined = confine(plan, "alice/time", os.path.join(sys.prefix, "bin", "mcp-server-time"), [], {}, None)
+    argv, env = confined.argv, confined.env
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
          "capabilities": {}, "clientInfo": {"name": "trace", "version": "1"}}},
@@ -251,6 +258,14 @@ async def scripts():
 time = upstream()
 script, confined = trio.run(scripts)
 print(json.dumps({"time": time, "script": script, "confined": confined}))
+"""
+
+
+DECIDE = r"""
+import json, sys
+from mcpvisor.wire import script_sandbox
+decision = script_sandbox.decide(sys.executable, (), required=True)
+print(json.dumps({"confined": decision.confined, "warning": decision.warning}))
 """
 
 
@@ -319,6 +334,46 @@ def test_the_profile_grants_what_bwrap_needs_beyond_the_default(traced: list[Cal
     refused = {call.name for call in traced if verdict(default, call.name, call.args) != "SCMP_ACT_ALLOW"}
     # The default answers clone3 with ENOSYS, and glibc falls back to clone: refused, but not a failure.
     assert refused - {"clone3"} == {"clone", "unshare", "mount", "umount2", "pivot_root", "sethostname"}
+
+
+LIBSECCOMP = ctypes.util.find_library("seccomp")
+needs_libseccomp = pytest.mark.skipif(LIBSECCOMP is None, reason="system package missing: libseccomp2")
+SECCOMP_EXEC = REPO / "tests" / "support" / "seccomp_exec.py"
+
+
+@needs_bwrap
+@needs_libseccomp
+@needs_emulation
+def test_under_the_profile_enforced_the_sandboxed_run_works(tmp_path: Path) -> None:
+    # The profile loaded with libseccomp, as a runtime does: the same run works under it.
+    check_report(
+        as_container([sys.executable, str(SECCOMP_EXEC), str(PROFILE), sys.executable, "-c", DRIVER], tmp_path)
+    )
+
+
+@needs_bwrap
+@needs_libseccomp
+@needs_emulation
+def test_under_the_default_profile_scripts_are_refused_and_the_fix_named(tmp_path: Path) -> None:
+    # The runtime default (for a container without CAP_SYS_ADMIN): bwrap cannot make its namespaces.
+    profile = load_profile()
+    profile["syscalls"] = [rule for rule in profile["syscalls"] if set(rule["names"]) != BWRAP_GRANTS] + [
+        {"names": ["clone"], "action": "SCMP_ACT_ALLOW",
+         "args": [{"index": 0, "value": 0x7E020000, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+    ]  # fmt: skip
+    # Where the container's user can read it (pytest's tmp dirs are root's alone).
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="mcpvisor-default-") as default:
+        default.write(json.dumps(profile))
+        default.flush()
+        os.chmod(default.name, 0o644)
+        command = [sys.executable, str(SECCOMP_EXEC), default.name, sys.executable, "-c", DECIDE]
+        done = as_container(command, tmp_path)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["confined"] is False
+    assert seen["warning"].startswith("code_execution is refused: its sandbox cannot be built here: bwrap: No perm")
+    assert "user namespaces are refused" in seen["warning"] and "seccomp-bwrap.json" in seen["warning"]
 
 
 # -- the systemd unit ------------------------------------------------------------------------------
@@ -426,13 +481,6 @@ def test_kubernetes_grants_what_bwrap_needs_and_nothing_more() -> None:
 
 # -- /proc -----------------------------------------------------------------------------------------
 
-PROC_DRIVER = r"""
-import json, sys
-from mcpvisor.wire import script_sandbox
-decision = script_sandbox.decide(sys.executable, (), required=True)
-print(json.dumps({"confined": decision.confined, "warning": decision.warning}))
-"""
-
 
 @needs_bwrap
 @needs_emulation
@@ -440,7 +488,7 @@ print(json.dumps({"confined": decision.confined, "warning": decision.warning}))
 def test_a_partly_covered_proc_stops_bwrap(tmp_path: Path, cover: str | None) -> None:
     # A container runtime's masked and read-only /proc paths, or the unit's ProtectKernelTunables=
     # (/proc/sys) and ProtectKernelLogs= (/proc/kmsg), emulated with the same mounts.
-    inner = as_container_user([sys.executable, "-c", PROC_DRIVER], tmp_path / "stash")
+    inner = as_container_user([sys.executable, "-c", DECIDE], tmp_path / "stash")
     covering = "true" if cover is None else f"mount --bind {cover} {cover} && mount -o remount,bind,ro {cover}"
     if cover == "/proc/kmsg":
         covering = "mount --bind /dev/null /proc/kmsg"

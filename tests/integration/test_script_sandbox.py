@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.frontend.tools.code_execution import Confinement, SandboxPool, execute_code
+from mcpvisor.supervisor import config as config_mod
+from mcpvisor.supervisor.supervisor import hidden_paths
 from mcpvisor.wire import script_sandbox
 from tests.support.unprivileged import CONTAINER_UID, as_container_user, missing_tools
 
@@ -96,7 +98,10 @@ class Host:
         for directory in (self.config_dir, self.data_dir / "logs", self.runtime, self.secret.parent):
             directory.mkdir(parents=True)
         reference = "${file:" + str(self.secret) + "}"
-        self.config.write_text(f'[servers.gh]\ncommand = "gh-mcp"\nenv = {{ T = "{reference}" }}\n')
+        self.config.write_text(
+            f'[mcpvisor]\nadmin_token_files = ["{self.admin_token}"]\n'
+            f'[servers.gh]\ncommand = "gh-mcp"\nenv = {{ T = "{reference}" }}\n'
+        )
         (self.data_dir / "state.sqlite").write_text("tokens and approvals")
         (self.data_dir / "logs" / "supervisor.log").write_text("log lines")
         self.secret.write_text("ghp_not-for-scripts")
@@ -110,18 +115,9 @@ class Host:
         self.service.bind(("127.0.0.1", 0))
         self.service.listen()
 
-    @property
-    def endpoints(self) -> list[str]:
-        return [f"ipc://{self.runtime / name}" for name in ("calls.sock", "control.sock", "events.sock")]
-
     def hidden(self) -> list[str]:
-        return script_sandbox.hidden_paths(
-            config_path=str(self.config),
-            data_dir=str(self.data_dir),
-            endpoints=self.endpoints,
-            references=[self.config.read_text()],
-            files=[str(self.admin_token)],
-        )
+        # What the supervisor hands the frontend (FrontendSpec.hidden) for this host's config.
+        return hidden_paths(config_mod.load(self.config), self.config, self.data_dir, self.runtime)
 
     def targets(self) -> dict:
         return {
@@ -205,6 +201,8 @@ def test_a_script_that_escaped_v8_reaches_nothing_of_the_host(host: Host) -> Non
 
 DRIVER = r"""
 import json, sys
+from mcpvisor.supervisor import config as config_mod
+from mcpvisor.supervisor.supervisor import hidden_paths
 from mcpvisor.wire import script_sandbox
 hidden, command = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 decision = script_sandbox.decide(sys.executable, hidden, required=True)
@@ -318,8 +316,12 @@ def mcpvisor_check(config: Path, path: str) -> subprocess.CompletedProcess[str]:
 def test_mcpvisor_check_says_whether_scripts_can_be_sandboxed(tmp_path: Path) -> None:
     workstation = tmp_path / "workstation.toml"
     workstation.write_text('[mcpvisor]\nenable_code_execution = true\n[servers.time]\ncommand = "mcp-server-time"\n')
+    # Tenants whose only server is remote: no upstream process needs a sandbox, code_execution does.
     hosted = tmp_path / "hosted.toml"
-    hosted.write_text(workstation.read_text() + '[tenants.alice]\nservers = ["time"]\n')
+    hosted.write_text(
+        '[mcpvisor]\nenable_code_execution = true\n[servers.remote]\nurl = "https://example.com/mcp"\n'
+        '[tenants.alice]\nservers = ["remote"]\n'
+    )
     without_bwrap = str(tmp_path / "empty")
     # Here bwrap works: nothing to say.
     for config in (workstation, hosted):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mcpvisor.wire import script_sandbox
 from mcpvisor.wire.bwrap import Bind
-from mcpvisor.wire.config import ServerConfig, Settings, TenantConfig
+from mcpvisor.wire.config import SandboxConfig, Settings, TenantConfig
 
 
 def test_the_view_is_the_system_libraries_and_this_python_read_only() -> None:
@@ -34,47 +34,12 @@ def test_a_hidden_path_inside_a_bound_dir_is_covered(tmp_path: Path) -> None:
     assert str(tmp_path / "absent") not in argv  # nothing exists there, so nothing to cover
 
 
-def test_hidden_paths_of_a_configuration() -> None:
-    settings = Settings(admin_token_files=["/run/secrets/admin"])
-    servers = {
-        "gh": ServerConfig(command="gh", env={"TOKEN": "${file:/etc/credstore/gh}", "N": "${env:NAME}"}),
-        "remote": ServerConfig(url="https://example.com/mcp", headers={"Authorization": "Bearer ${file:~/tok}"}),
-    }
-    tenants = {"alice": TenantConfig(servers=["gh"], token_files=["/run/secrets/alice"])}
-    hidden = script_sandbox.hidden_for(
-        settings,
-        servers,
-        tenants,
-        config_path="/etc/mcpvisor/mcpvisor.toml",
-        data_dir="/var/lib/mcpvisor",
-        endpoints=["ipc:///run/mcpvisor/calls.sock", "ipc:///run/mcpvisor/control.sock"],
-    )
-    assert hidden == [
-        "/etc/mcpvisor",
-        "/var/lib/mcpvisor",
-        "/run/mcpvisor",
-        "/etc/credstore/gh",
-        os.path.expanduser("~/tok"),
-        "/run/secrets/admin",
-        "/run/secrets/alice",
-    ]
-
-
 def test_required_with_tenants_or_the_global_switch() -> None:
     assert script_sandbox.sandbox_required(Settings(), {}) is False
     assert script_sandbox.sandbox_required(Settings(), {"alice": TenantConfig()}) is True
-
-    class Switch:
-        def __init__(self, sandbox: object) -> None:
-            self.sandbox = sandbox
-
-    class Table:
-        def __init__(self, enabled: bool) -> None:
-            self.enabled = enabled
-
-    assert script_sandbox.sandbox_required(Switch(True), {}) is True
-    assert script_sandbox.sandbox_required(Switch(Table(True)), {}) is True
-    assert script_sandbox.sandbox_required(Switch(Table(False)), {}) is False
+    assert script_sandbox.sandbox_required(Settings(sandbox=True), {}) is True
+    assert script_sandbox.sandbox_required(Settings(sandbox=SandboxConfig(memory_mb=512)), {}) is True
+    assert script_sandbox.sandbox_required(Settings(sandbox=SandboxConfig(enabled=False)), {}) is False
 
 
 def test_the_uid_of_scripts_under_a_root_mcpvisor() -> None:
