@@ -451,21 +451,28 @@ def test_the_unit_drops_only_what_blocks_the_sandbox() -> None:
 # -- compose and Kubernetes ------------------------------------------------------------------------
 
 
-def test_compose_grants_what_bwrap_needs_and_nothing_more() -> None:
-    compose = yaml.safe_load((DEPLOY / "container" / "compose.yaml").read_text())
-    service = compose["services"]["mcpvisor"]
-    options = service["security_opt"]
-    assert "seccomp=./seccomp-bwrap.json" in options
+def mcpvisor_services(compose: dict) -> list[dict]:
+    return [service for service in compose["services"].values() if str(service.get("image", "")).startswith("mcpvisor")]
+
+
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.replicas.yaml"])
+def test_compose_grants_what_bwrap_needs_and_nothing_more(name: str) -> None:
+    services = mcpvisor_services(yaml.safe_load((DEPLOY / "container" / name).read_text()))
+    assert services
+    for service in services:
+        options = service["security_opt"]
+        assert "seccomp=./seccomp-bwrap.json" in options
+        assert "apparmor=unconfined" in options and "systempaths=unconfined" in options
+        assert "no-new-privileges:true" in options and "seccomp=unconfined" not in options
+        assert service["cap_drop"] == ["ALL"] and "cap_add" not in service
+        assert "privileged" not in service and service["read_only"] is True
     assert (DEPLOY / "container" / "seccomp-bwrap.json").is_file()
-    assert "apparmor=unconfined" in options and "systempaths=unconfined" in options
-    assert "no-new-privileges:true" in options and "seccomp=unconfined" not in options
-    assert service["cap_drop"] == ["ALL"] and "cap_add" not in service
-    assert "privileged" not in service and service["read_only"] is True
     assert "bubblewrap" in (DEPLOY / "container" / "Containerfile").read_text()
 
 
-def test_kubernetes_grants_what_bwrap_needs_and_nothing_more() -> None:
-    documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "mcpvisor.yaml").read_text()))
+@pytest.mark.parametrize("name", ["mcpvisor.yaml", "mcpvisor-replicas.yaml"])
+def test_kubernetes_grants_what_bwrap_needs_and_nothing_more(name: str) -> None:
+    documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()))
     (deployment,) = [doc for doc in documents if doc and doc["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["hostUsers"] is False  # required by procMount: Unmasked
