@@ -689,7 +689,12 @@ class Supervisor:
         async with self._ops_lock:
             new = configstore.with_server(self.config, name, server, tenant=tenant)
             if self.shared is not None:
-                await trio.to_thread.run_sync(lambda: self.shared.record_server(name, server, tenant=tenant))
+                from mcpvisor.wire.state_url import StateStoreError
+
+                try:
+                    await trio.to_thread.run_sync(lambda: self.shared.record_server(name, server, tenant=tenant))
+                except StateStoreError as exc:
+                    raise CommandError(f"{name}: not changed: {exc}") from None
             else:
                 configstore.save_server(self.config_path, new, name, server)
             await self.apply(new, diff_configs(self.config, new))

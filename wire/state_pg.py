@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 # database would otherwise both create the tables (the text "mcpvisor" as a number).
 MIGRATION_LOCK: Final = 0x6D637076_69736F72
 CONNECT_TIMEOUT: Final = 10  # seconds, per connection attempt
+# Seconds a statement waits for a connection of the pool: with the store down, a request is
+# refused this soon (a 503 to retry) rather than held.
+POOL_WAIT: Final = 3.0
 
 
 # Each entry upgrades the schema by one version; `mcpvisor_schema.version` records how far it got.
@@ -201,7 +204,10 @@ class PostgresState:
                     min_size=1,
                     max_size=self._max_size,
                     kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
-                    timeout=CONNECT_TIMEOUT,
+                    timeout=POOL_WAIT,
+                    # A connection the server dropped (a restart, a failover) is replaced before use,
+                    # not handed out to fail the statement it was given.
+                    check=psycopg_pool.ConnectionPool.check_connection,
                     name="mcpvisor-state",
                     open=True,
                 )

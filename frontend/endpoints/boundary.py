@@ -31,6 +31,7 @@ from mcpvisor.frontend.endpoints.auth import (
 )
 from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
 from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_uid
+from mcpvisor.wire.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class Boundary:
         elif scope["path"].startswith(PUBLIC_PATHS):
             # Anyone may ask; a token that admits its bearer shows an operator more (/healthz).
             if bearer_token(scope) is not None:
-                with contextlib.suppress(InvalidToken):
+                with contextlib.suppress(InvalidToken, StateStoreError):
                     scope[PRINCIPAL_KEY] = await self.authenticator.principal(scope)
         else:
             try:
@@ -74,6 +75,14 @@ class Boundary:
                 body = {"error": "invalid_token" if exc.given else "unauthorized", "error_description": exc.message}
                 challenge = self.authenticator.challenge(exc.message if exc.given else None)
                 await send_json(send, 401, body, headers=[(b"www-authenticate", challenge)])
+                return None
+            except StateStoreError as exc:
+                # Tokens live in the shared store: without it no token can be checked, so none admits.
+                log.error("cannot check a token: %s", exc)
+                message = "the state store cannot be reached to check the token; try again shortly"
+                await send_json(
+                    send, 503, {"error": "unavailable", "message": message}, headers=[(b"retry-after", b"2")]
+                )
                 return None
         if scope["method"] != "POST" or not scope["path"].startswith("/mcp") or not _is_json(scope):
             return receive

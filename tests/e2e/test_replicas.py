@@ -272,3 +272,45 @@ async def test_a_proposal_made_on_one_replica_is_approved_on_another_and_runs_on
             print(f"a change without a notification held on all three after {took * 1000:.0f} ms")
         for stack in replicas:
             assert not (stack.data_dir / "proposals.json").exists()
+
+
+async def test_replicas_outlive_an_outage_of_the_store_and_follow_it_again(tmp_path: Path) -> None:
+    servers = {"echo": echo_server("echo")}
+    tables = {"tenants": {"team": {"servers": ["echo"]}}}
+    with postgres.running_postgres() as cluster:
+        url = cluster.create_database("outage")
+        async with open_replicas(tmp_path, 2, servers, state_url=url, tables=tables, wait_for=[]) as replicas:
+            added = mcpvisor(replicas[0].config_path, "token", "add", "team")
+            assert added.returncode == 0, added.stderr
+            token = added.stdout.strip().splitlines()[-1]
+            async with httpx2.AsyncClient(timeout=30) as http:
+                await call_echo(http, replicas[1], token, "before")
+
+                await trio.to_thread.run_sync(cluster.stop)
+                # No token can be checked: a clear 503 to retry, never a token admitted unchecked.
+                for stack in replicas:
+                    response = await rpc(http, stack, token, "tools/list", {})
+                    assert response.status_code == 503, (response.status_code, response.text)
+                    assert "state store cannot be reached" in response.json()["message"]
+                    assert response.headers["retry-after"] == "2"
+                code, answer = await replicas[0].actl("disable", "echo")
+                assert code != 0 and "not changed" in str(answer), answer
+
+                await trio.to_thread.run_sync(cluster.start)
+                with trio.fail_after(30):
+                    while (await rpc(http, replicas[0], token, "tools/list", {})).status_code != 200:
+                        await trio.sleep(0.2)
+                # Each replica listens again: a change through one reaches the other.
+                code, answer = await replicas[0].actl("disable", "echo")
+                assert code == 0, answer
+                with trio.fail_after(15):
+                    while True:
+                        response = await rpc(http, replicas[1], token, "tools/list", {})
+                        if response.status_code == 200:
+                            names = {tool["name"] for tool in response.json()["result"]["tools"]}
+                            if "echo:echo" not in names:
+                                break
+                        await trio.sleep(0.1)
+            for stack in replicas:
+                assert stack.process.poll() is None
+                assert cluster.password not in stack.log("frontend.log") + stack.log("supervisor.log")

@@ -52,6 +52,21 @@ class PostgresCluster:
     password: str
     directory: Path
 
+    @property
+    def data(self) -> Path:
+        return self.directory / "data"
+
+    def stop(self) -> None:
+        """Stop the server at once (as a crash would), keeping its files; `start` brings it back."""
+        _run([str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
+    def start(self) -> None:
+        """Start the server again, on the same port."""
+        log = ["-l", str(self.directory / "server.log")]
+        _run(
+            [str(BIN / "pg_ctl"), "-D", str(self.data), *log, "-w", "-o", _options(self.port, self.directory), "start"]
+        )
+
     def url(self, database: str = "postgres", *, user: str = SUPERUSER, password: str | None = None) -> str:
         secret = self.password if password is None else password
         return f"postgresql://{user}:{secret}@127.0.0.1:{self.port}/{database}"
@@ -88,6 +103,11 @@ def _run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return result
 
 
+def _options(port: int, directory: Path) -> str:
+    # Throwaway data: no fsync; the socket and the lock file stay inside the temp dir.
+    return f"-c listen_addresses=127.0.0.1 -p {port} -k {directory} -c fsync=off -c full_page_writes=off"
+
+
 @contextmanager
 def running_postgres() -> Iterator[PostgresCluster]:
     """initdb, start on a free loopback port, yield, stop and delete everything."""
@@ -107,10 +127,9 @@ def running_postgres() -> Iterator[PostgresCluster]:
     try:
         auth = ["-U", SUPERUSER, f"--pwfile={password_file}", "--auth-host=scram-sha-256", "--auth-local=trust"]
         _run([str(BIN / "initdb"), "-D", str(data), *auth, "-E", "UTF8", "--no-instructions"])
-        # Throwaway data: no fsync; the socket and the lock file stay inside the temp dir.
-        options = f"-c listen_addresses=127.0.0.1 -p {port} -k {directory} -c fsync=off -c full_page_writes=off"
-        _run([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(directory / "server.log"), "-w", "-o", options, "start"])
-        yield PostgresCluster(port, password, directory)
+        cluster = PostgresCluster(port, password, directory)
+        cluster.start()
+        yield cluster
     finally:
         if (data / "postmaster.pid").exists():
             with suppress(RuntimeError, subprocess.TimeoutExpired):
