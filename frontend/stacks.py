@@ -187,6 +187,9 @@ class Stack:
         await nursery.start(self.app.servers.serve)
         if self.shared.on_demand:
             nursery.start_soon(self._serve_idle_stop)
+        if self.builtins.code_execution is not None:
+            # Find out now whether scripts can run in their sandbox, so the log says so at start.
+            nursery.start_soon(self.builtins.code_execution.pool.decision)
         self.upstreams.reindex()  # the tenant's workers may have reported before its first request
         self.started.set()
         task_status.started()
