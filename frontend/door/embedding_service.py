@@ -82,13 +82,17 @@ class EmbeddingService:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Tool texts as unit vectors, one row each, sent `embedding_batch` at a time (blocking: off the loop)."""
+        return self.embed_as(texts, "passage")
+
+    def embed_as(self, texts: Sequence[str], kind: str) -> np.ndarray:
+        """`embed` for texts of either kind, "passage" (tools) or "query" (what the benchmarks send in bulk)."""
         import numpy as np
 
         rows = []
         for start in range(0, len(texts), self._batch):
             batch = texts[start : start + self._batch]
             try:
-                response = self._client.post(self._url, headers=self._headers, json=self._body(batch, "passage"))
+                response = self._client.post(self._url, headers=self._headers, json=self._body(batch, kind))
             except httpx2.TimeoutException:
                 raise ServiceError(f"{self.url} did not answer within {BATCH_TIMEOUT:.0f} s") from None
             except httpx2.HTTPError as error:

