@@ -13,8 +13,10 @@ Every call is written to the shared activity log in PostgreSQL. On a machine wit
 replicas compete for the same cores, so more replicas cannot mean more calls per second; what the
 table shows is whether the shared store serializes them: the rate should hold as replicas are
 added, the calls should spread evenly over the replicas, and the store's CPU per call should not
-grow. The `store` column is the CPU of the PostgreSQL server's processes per call; `no proxy` is
-the p50 of the same sequential calls sent to one replica directly.
+grow. `--control` measures each count a second time with SQLite in each replica's data dir
+(nothing shared): if the shared store serialized the replicas, its rows would fall behind these.
+The CPU column `pg` is the PostgreSQL server's processes' per call; `no proxy` is the p50 of
+the same sequential calls sent to one replica directly.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -50,14 +55,29 @@ def postgres_pids(directory: Path) -> list[int]:
     return pids
 
 
-async def measure(count: int, cluster: object, tmp: Path, args: argparse.Namespace) -> dict[str, object]:
+@asynccontextmanager
+async def replicas_of(where: Path, count: int, url: str | None) -> AsyncIterator[list[Any]]:
+    """`count` replicas sharing the store at `url`, or each with SQLite of its own when None."""
+    from tests.support.stack import echo_server, open_replicas, open_stack
+
+    if url is not None:
+        async with open_replicas(where, count, {"echo": echo_server()}, state_url=url) as replicas:
+            yield replicas
+        return
+    async with AsyncExitStack() as stack:
+        yield [
+            await stack.enter_async_context(open_stack(where / f"replica{i}", {"echo": echo_server()}))
+            for i in range(count)
+        ]
+
+
+async def measure(count: int, cluster: Any, tmp: Path, args: argparse.Namespace, shared: bool) -> dict[str, Any]:
     from tests.bench.bench_floor import CpuMeter, RawClient, check_answer, concurrent, sequential
     from tests.support.haproxy import open_haproxy
-    from tests.support.stack import echo_server, open_replicas
 
-    url = cluster.create_database(f"bench{count}")  # type: ignore[attr-defined]
-    where = tmp / f"replicas{count}"
-    async with open_replicas(where, count, {"echo": echo_server()}, state_url=url) as replicas:
+    url = cluster.create_database(f"bench{count}") if shared else None
+    where = tmp / f"replicas{count}{'pg' if shared else 'sqlite'}"
+    async with replicas_of(where, count, url) as replicas:
         servers = {f"replica{i}": replica.port for i, replica in enumerate(replicas, 1)}
         async with open_haproxy(where, servers) as proxy:
             # Until HAProxy's health checks have every replica in rotation.
@@ -69,7 +89,7 @@ async def measure(count: int, cluster: object, tmp: Path, args: argparse.Namespa
             before = Counter(line.server for line in proxy.log())
             groups = {
                 "replicas": [pid for replica in replicas for pid in replica.pids()],
-                "store": postgres_pids(cluster.directory),  # type: ignore[attr-defined]
+                "store": postgres_pids(cluster.directory),
                 "haproxy": [proxy.process.pid],
             }
             rate, cpu = await concurrent(
@@ -79,7 +99,7 @@ async def measure(count: int, cluster: object, tmp: Path, args: argparse.Namespa
             latency, _ = await sequential(proxy.port, "/mcp/direct", "echo:echo", args.calls, 50, CpuMeter({}))
             # The same calls to one replica without HAProxy: what the proxy adds to a call.
             alone, _ = await sequential(replicas[0].port, "/mcp/direct", "echo:echo", args.calls, 50, CpuMeter({}))
-    logged = cluster.psql("SELECT count(*) FROM calls", url.rsplit("/", 1)[1]).strip()  # type: ignore[attr-defined]
+    logged = cluster.psql("SELECT count(*) FROM calls", url.rsplit("/", 1)[1]).strip() if url else "0"
     return {
         "rate": rate,
         "p50": statistics.median(latency),
@@ -97,22 +117,24 @@ async def main(args: argparse.Namespace) -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="replicas", dir="/tmp") as tmp, running_postgres() as cluster:
         for count in counts:
-            print(f"measuring {count} replicas ...", file=sys.stderr)
-            results[count] = await measure(count, cluster, Path(tmp), args)
+            for shared in (True, False) if args.control else (True,):
+                store = "postgres" if shared else "sqlite"
+                print(f"measuring {count} replicas, {store} ...", file=sys.stderr)
+                results[(count, store)] = await measure(count, cluster, Path(tmp), args, shared)
     print(
         f"\nstateless 2026-07-28 tools/call of echo through HAProxy, replicas sharing one PostgreSQL:"
         f" {args.clients} clients x {args.per_client} calls; p50 of {args.calls} sequential calls; {os.cpu_count()} cores"
     )
     print(
-        f"{'replicas':>8} {'calls/s':>8} {'p50 ms':>8} {'no proxy':>8} {'replicas':>9} {'store':>7} {'haproxy':>8}"
+        f"{'replicas':>8} {'store':>8} {'calls/s':>8} {'p50 ms':>8} {'no proxy':>8} {'replicas':>9} {'pg':>7} {'haproxy':>8}"
         f"  calls per replica        rows in the activity log"
     )
-    print(f"{'':>8} {'':>8} {'':>8} {'':>8} {'CPU ms per call':>26}")
-    for count, row in results.items():
+    print(f"{'':>8} {'':>8} {'':>8} {'':>8} {'':>8} {'CPU ms per call':>26}")
+    for (count, store), row in results.items():
         cpu = row["cpu"]
         assert isinstance(cpu, dict)
         print(
-            f"{count:>8} {row['rate']:>8.0f} {row['p50']:>8.2f} {row['alone']:>8.2f} {cpu['replicas']:>9.3f} {cpu['store']:>7.3f}"
+            f"{count:>8} {store:>8} {row['rate']:>8.0f} {row['p50']:>8.2f} {row['alone']:>8.2f} {cpu['replicas']:>9.3f} {cpu['store']:>7.3f}"
             f" {cpu['haproxy']:>8.3f}  {row['spread']!s:<24} {row['logged']}"
         )
 
@@ -123,6 +145,9 @@ if __name__ == "__main__":
     parser.add_argument("--per-client", type=int, default=150, help="calls by each concurrent client")
     parser.add_argument("--calls", type=int, default=300, help="sequential calls for the latency")
     parser.add_argument("--replicas", default="1,2,3", help="the replica counts measured, in order")
+    parser.add_argument(
+        "--control", action="store_true", help="also measure each count with SQLite per replica (nothing shared)"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     trio.run(main, args)
