@@ -26,6 +26,13 @@ from tests.support.postgres import cluster_fixture, database_fixture
 from tests.support.stack import Stack, alive, echo_server, open_replicas
 
 MODERN = "2026-07-28"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+ACCEPT = {"accept": "application/json, text/event-stream"}
 LEAVE_DELAY = 3.0  # more than HAProxy's health check needs to take a replica out (inter 1s, fall 1)
 
 
@@ -104,18 +111,16 @@ async def test_sigterm_to_one_replica_under_steady_load_fails_no_call(tmp_path: 
                     await trio.sleep(0.02)
             assert health.json() == {"status": "leaving"}
             async with httpx2.AsyncClient(timeout=5) as http:
-                refused = await http.post(
-                    f"{leaving.base_url}/mcp/direct",
-                    json={
-                        "jsonrpc": "2.0",
-                        "id": 1,
-                        "method": "initialize",
-                        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}},
-                    },
-                    headers={"accept": "application/json, text/event-stream"},
-                )
+                refused = await http.post(f"{leaving.base_url}/mcp/direct", json=INITIALIZE, headers=ACCEPT)
             assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
             assert "stopping" in refused.json()["error"]["message"]
+            # Through HAProxy, new sessions start meanwhile: on the other replica, or retried there
+            # when the leaving one refused them before HAProxy's health check took it out.
+            async with httpx2.AsyncClient(timeout=10) as http:
+                for _ in range(6):
+                    started = await http.post(f"{proxy.base_url}/mcp/direct", json=INITIALIZE, headers=ACCEPT)
+                    assert started.status_code == 200, started.text
+                    assert started.headers["mcp-session-id"]
             with trio.fail_after(LEAVE_DELAY + 30):
                 while leaving.process.poll() is None:
                     await trio.sleep(0.1)

@@ -20,7 +20,7 @@ import pytest
 from tests.support.stack import REPO, free_port, wait_listening
 
 SHIPPED = REPO / "deploy" / "haproxy" / "haproxy.cfg"
-_LOGGED = re.compile(r" (\S+)/(\S+) \S+ (-?\d+) .* id=(\S+) ")
+_LOGGED = re.compile(r" (\S+)/(\S+) \S+ (-?\d+) .* retries=\+?(-?\d+) id=(\S+) ")
 
 
 def haproxy_binary() -> str:
@@ -50,6 +50,7 @@ class LogLine:
     backend: str
     server: str
     status: int
+    retries: int  # sent again after a failed connection or a 503 (retry-on)
     request_id: str
 
 
@@ -69,7 +70,7 @@ class HAProxy:
         for line in self.log_path.read_text(errors="replace").splitlines():
             match = _LOGGED.search(line)
             if match is not None:
-                found.append(LogLine(match[1], match[2], int(match[3]), match[4]))
+                found.append(LogLine(match[1], match[2], int(match[3]), int(match[4]), match[5]))
         return found
 
 
