@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mcpvisor.wire import bwrap
+from mcpvisor.wire.config import SandboxConfig, Settings
 
 MODULE = "mcpvisor.workers.sandbox"
 # Imported (or read, for dukpy's TypeScript compiler) inside; each is bound where it is installed.
@@ -40,7 +41,7 @@ UID_FLOOR = 1 << 30
 
 @dataclass(frozen=True)
 class Decision:
-    """How script processes start: `argv_prefix` is None when they run unconfined, or cannot run.
+    """How script processes start: inside bwrap (`confined`, as `spec` says), or not.
 
     `problem` says why the sandbox cannot be built (None when it can); `refused` is true when that
     means no script may run at all.
@@ -70,13 +71,12 @@ class Decision:
         return f"code_execution runs in V8 alone, without its bubblewrap sandbox: {self.problem}"
 
 
-def sandbox_required(settings: object, tenants: Mapping[str, object] | Sequence[str]) -> bool:
+def sandbox_required(settings: Settings, tenants: Mapping[str, object]) -> bool:
     """Whether scripts may only run inside their sandbox: with tenants, or `[mcpvisor] sandbox` on."""
     if tenants:
         return True
-    chosen = getattr(settings, "sandbox", False)
-    enabled = getattr(chosen, "enabled", chosen)
-    return bool(enabled)
+    chosen = settings.sandbox
+    return chosen.enabled if isinstance(chosen, SandboxConfig) else bool(chosen)
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -212,8 +212,9 @@ def explain(stderr: str) -> str:
         return f"the script process fails inside bwrap ({said})"
     if "proc" in lowered:
         return (
-            f"{said}: the container hides parts of /proc; unmask it (Docker: --security-opt systempaths=unconfined,"
-            f" Kubernetes: procMount: Unmasked), see {GUIDE}"
+            f"{said}: parts of /proc are covered (a container's masked paths, or a systemd unit's"
+            " ProtectKernelTunables=/ProtectKernelLogs=); unmask them (Docker: --security-opt"
+            f" systempaths=unconfined, Kubernetes: procMount: Unmasked), see {GUIDE}"
         )
     if "namespace" in lowered or "uid map" in lowered or "setting up uid" in lowered:
         return (
