@@ -23,7 +23,7 @@ from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, C
 from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
-from mcpvisor.wire import bwrap, codec, frontend_spec, oauth_store, sandboxing, worker_spec
+from mcpvisor.wire import codec, frontend_spec, oauth_store, sandboxing, worker_spec
 from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
 from mcpvisor.wire.forkserver import ForkServer
@@ -98,9 +98,12 @@ def _secret_files(values: list[str]) -> list[str]:
 def hidden_paths(config: Config, config_path: Path, data_dir: Path, run_dir: Path) -> list[str]:
     """What no sandbox may see: mcpvisor's dirs, its config, and every file a secret or token is read from."""
     paths = [str(data_dir.resolve()), str(run_dir.resolve()), str(config_path), f"{config_path}.bak"]
-    # The config's dir too, unless it is a system dir (a config in /etc hides itself, not all of /etc).
-    if str(config_path.parent) not in ("/", *bwrap.SYSTEM_PATHS):
-        paths.append(str(config_path.parent))
+    # Its dir too when every sandbox would see it (/etc/mcpvisor in /etc): whatever else the
+    # operator keeps there. Elsewhere only a bind could show it, and a project's dir holding both
+    # the config and the server's virtualenv must stay bindable.
+    parent = str(config_path.parent)
+    if parent.startswith("/etc/"):
+        paths.append(parent)
     values: list[str] = []
     for server in config.servers.values():
         values += [*server.env.values(), *server.headers.values()]

@@ -100,20 +100,33 @@ def install_paths(executable: str) -> list[str]:
     return unique
 
 
-def argument_files(args: Sequence[str], cwd: str | None) -> list[str]:
-    """Files the command is given as arguments (`python server.py`): shown read-only, each alone.
+def argument_files(args: Sequence[str], cwd: str | None) -> list[tuple[str, str]]:
+    """Files the command is given as arguments (`python server.py`), as (host path, path inside).
 
-    Only files: a directory argument (`mcp-server-filesystem /srv`) is the operator's to bind
-    with `ro`/`rw`, since binding it here would open whatever it holds.
+    Only files, each alone (or the node_modules tree a script is part of): a directory argument
+    (`mcp-server-filesystem /srv`) is the operator's to bind with `ro`/`rw`, since binding it here
+    would open whatever it holds. A path through a symlink is shown both where it was given and
+    where it leads, as interpreters (Node) load a script's neighbours from its real path.
     """
-    found = []
+    found: list[tuple[str, str]] = []
     for arg in args:
         if arg.startswith("-") or "\0" in arg:
             continue
-        path = arg if os.path.isabs(arg) else os.path.join(cwd or os.getcwd(), arg)
-        if os.path.isfile(path):
-            found.append(os.path.realpath(path))
-    return found
+        given = os.path.normpath(arg if os.path.isabs(arg) else os.path.join(cwd or os.getcwd(), arg))
+        if not os.path.isfile(given):
+            continue
+        real = os.path.realpath(given)
+        for path in dict.fromkeys((given, real)):
+            found.append((_tree_of(real), _tree_of(path)))
+    return list(dict.fromkeys(found))
+
+
+def _tree_of(path: str) -> str:
+    # A script from a node_modules tree imports its neighbours: the whole tree comes along.
+    parts = path.split("/")
+    if "node_modules" in parts:
+        return "/".join(parts[: len(parts) - parts[::-1].index("node_modules")])
+    return path
 
 
 def _uid_map() -> list[tuple[int, int]]:
@@ -183,8 +196,10 @@ def confine(
     uid = sandbox_uid(worker_id, _uid_map()) if privileged else None
     binds: list[bwrap.Bind] = []
 
-    def add(path: str, *, writable: bool, operator: bool) -> None:
+    def add(path: str, *, writable: bool, operator: bool, dest: str = "") -> None:
         why = refused_bind(os.path.realpath(path), plan) or refused_bind(path, plan)
+        if dest and why is None:
+            why = refused_bind(dest, plan)
         if why is not None:
             if operator:
                 raise SandboxError(f"sandbox bind refused: {why}")
@@ -193,12 +208,12 @@ def confine(
             if operator:
                 raise SandboxError(f"sandbox bind {path} does not exist on this host")
             return
-        binds.append(bwrap.Bind(source=path, writable=writable))
+        binds.append(bwrap.Bind(source=path, dest=dest if dest != path else "", writable=writable))
 
     for path in install_paths(executable):
         add(path, writable=False, operator=False)
-    for path in argument_files(args, cwd):
-        add(path, writable=False, operator=False)
+    for source, dest in argument_files(args, cwd):
+        add(source, writable=False, operator=False, dest=dest)
     for path in plan.ro:
         add(path, writable=False, operator=True)
     for path in plan.rw:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,36 @@ def test_a_process_in_the_sandbox_sees_only_what_was_bound(tmp_path: Path) -> No
     # The home is the host dir, writable, owned by the sandbox's uid.
     assert (home / "written").read_text() == "ok"
     assert (home / "written").stat().st_uid == uid
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the test above runs this way already when not root")
+def test_an_ordinary_user_gets_the_same_sandbox_through_a_user_namespace(tmp_path: Path) -> None:
+    """A workstation: bwrap as an ordinary user (here nobody), no setpriv, a user namespace."""
+    python = "/usr/bin/python3"
+    if not os.path.exists(python):
+        pytest.skip("no system python3 to run as an ordinary user")
+    # pytest's tmp dirs are root's alone (0700): nobody's home must be where nobody can reach it.
+    home = Path(tempfile.mkdtemp(prefix="sandbox-home-", dir="/tmp"))
+    os.chown(home, 65534, 65534)
+    spec = SandboxSpec(system=system_binds(), home=str(home), network=False)
+    argv = bwrap_argv(spec, [python, "-c", PROBE, "/nonexistent", "/nonexistent", "/root"], privileged=False)
+    assert "--unshare-user" in argv and "--cap-add" not in argv
+
+    def become_nobody() -> None:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": HOME, "LANG": "C.UTF-8"}
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=60, check=False, preexec_fn=become_nobody
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["uid"] == 65534 and seen["cap_eff"] == "0000000000000000"
+    assert seen["interfaces"] == ["lo"] and max(seen["pids"]) < 10
+    assert seen["shadow"] is False and seen["outside"] is False
+    try:
+        assert (home / "written").stat().st_uid == 65534
+    finally:
+        shutil.rmtree(home)

@@ -1,0 +1,75 @@
+"""Published upstreams in sandboxes on a workstation: `sandbox = true` and they keep working.
+
+mcp-server-time (a Python console script in a virtualenv whose interpreter lives in another
+prefix) and server-everything (Node, its entry script in a node_modules tree), each in its own
+sandbox, answer calls as they do without one; the memory watchdog stands in where no cgroup is
+used, and says why it killed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from mcp.shared.exceptions import MCPError
+
+from mcpvisor.wire.logs import log_stem
+from tests.support.peers import everything_stdio_server
+from tests.support.stack import open_stack, python_server
+
+pytestmark = [
+    pytest.mark.trio,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="system package missing: bubblewrap"),
+]
+
+TIME = str(Path(sys.executable).parent / "mcp-server-time")
+
+
+def text_of(result: object) -> str:
+    return " ".join(getattr(item, "text", "") for item in getattr(result, "content", []))
+
+
+async def test_published_servers_run_in_their_sandboxes(tmp_path: Path) -> None:
+    if not Path(TIME).exists():  # noqa: ASYNC240
+        pytest.skip("mcp-server-time is not installed in this virtualenv")
+    servers = {
+        "time": {"command": TIME, "args": ["--local-timezone", "UTC"]},
+        "everything": everything_stdio_server(),
+    }
+    async with open_stack(tmp_path, servers, settings={"sandbox": True}) as stack, stack.client() as client:
+        now = await client.call_tool("time:get_current_time", {"timezone": "UTC"})
+        assert "UTC" in text_of(now) and not now.is_error
+        echoed = await client.call_tool("everything:echo", {"message": "from the sandbox"})
+        assert "from the sandbox" in text_of(echoed)
+        # Each got its own home under the data dir, and nothing of the host's.
+        homes = stack.data_dir / "sandboxes" / "servers"
+        assert {p.name for p in homes.iterdir()} == {"time", "everything"}
+        code, shown = await stack.actl("inspect", "time")
+        assert code == 0 and shown["sandboxes"]["time"]["enabled"] is True
+
+
+async def test_the_memory_watchdog_kills_where_no_cgroup_is_used(tmp_path: Path) -> None:
+    servers = {"shell": python_server("shell_server.py", sandbox={"limits": "watchdog", "memory_mb": 200})}
+    async with open_stack(tmp_path, servers) as stack, stack.client() as client:
+        with pytest.raises(MCPError, match=re.escape("memory limit (200 MiB)")):
+            await client.call_tool("shell:allocate", {"mib": 400})
+        log = stack.log(f"{log_stem('shell')}.worker.log")
+        assert "over its 200 MiB limit: killing it" in log
+        # The status says why while the upstream is down; then it is back, by its restart policy.
+        reasons = set()
+        with trio.fail_after(60):
+            while True:
+                try:
+                    answer = await client.call_tool("shell:run", {"command": "echo back"})
+                except MCPError as exc:  # down, and saying why, until it is back
+                    reasons.add(str(exc))
+                    await trio.sleep(0.5)
+                    continue
+                if not answer.is_error:
+                    break
+        assert "back" in text_of(answer)
+        assert all("memory limit (200 MiB)" in reason for reason in reasons), reasons
