@@ -146,8 +146,9 @@ def bwrap_argv(
             argv += ["--ro-bind", entry.source, entry.target]
             mounted.append(entry.target)
         made.add(entry.path if isinstance(entry, Symlink) else entry.target)
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    made.update(("/proc", "/dev", "/tmp"))
+    # /dev/shm as every program expects it (writable by all, sticky), private like /tmp.
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+    made.update(("/proc", "/dev", "/dev/shm", "/tmp"))
     for bind in spec.binds:
         parents(bind.target)
         argv += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]

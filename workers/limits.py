@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -64,8 +65,10 @@ def _join(point: str, root: str, path: str) -> str:
     return os.path.normpath(os.path.join(point, relative))
 
 
-def _leaf_name(worker_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", worker_id.replace("/", "+"))
+def _leaf_name(worker_id: str, home: str) -> str:
+    # Two mcpvisors on one host may both run `alice/shell`; the home (under each one's data dir)
+    # tells them apart where the hierarchy's root is shared.
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", worker_id.replace("/", "+")) + f"-{zlib.crc32(home.encode()):08x}"
 
 
 def _write(path: str, value: str) -> None:
@@ -129,7 +132,7 @@ def open_cgroup(plan: SandboxPlan, worker_id: str) -> CgroupLimits | None:
         own, mounts = _own_cgroups(), _mounts()
     except (OSError, ValueError):
         return None
-    leaf = _leaf_name(worker_id)
+    leaf = _leaf_name(worker_id, plan.home)
     try:
         if "memory" in mounts and "memory" in own:
             return _open_v1(plan, leaf, own, mounts)

@@ -427,6 +427,8 @@ class AdminApi:
             "policy": _builtins(config.policy),
         }
         result["risk"] = inspection.get("risk", "")
+        # What each sandbox of the server allows (its own, each tenant's), as `ctl inspect` shows it.
+        result["sandboxes"] = inspection.get("sandboxes", {})
         return 200, result
 
     async def tools(self, *, name: str, **_: Any) -> tuple[int, Any]:

@@ -14,16 +14,21 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mcpvisor.wire.logs import RotatingFile
 from mcpvisor.wire.sandboxing import SandboxPlan, home_dir
+from mcpvisor.workers import confine
 from mcpvisor.workers.stdio import child_environment, open_stdio_upstream
 
 UPSTREAMS = Path(__file__).resolve().parents[1] / "upstreams"
@@ -34,10 +39,9 @@ INIT = (
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
 
 
-async def _run(
-    command: list[str], plan: SandboxPlan | None, log: RotatingFile, *, calls: int, tool: tuple[str, bytes]
-) -> tuple[float, list[float]]:
-    """(seconds from spawn to the initialize answer, [seconds per tools/call]) of one upstream process."""
+@asynccontextmanager
+async def _open(command: list[str], plan: SandboxPlan | None, log: RotatingFile) -> AsyncIterator[tuple[float, Any]]:
+    """An initialized upstream: (seconds from spawn to the initialize answer, its stdio channel)."""
     env = {} if plan is not None else child_environment({})
     started = time.perf_counter()
     async with open_stdio_upstream(command[0], command[1:], env, None, log, sandbox=plan, worker_id="bench/up") as (
@@ -49,12 +53,19 @@ async def _run(
         await read_stream.receive()  # the initialize answer goes to the session's stream
         ready = time.perf_counter() - started
         await channel.write_line(INITIALIZED)
-        times = []
-        for _ in range(calls):
+        yield ready, channel
+
+
+def bare_start(plan: SandboxPlan) -> tuple[list[float], list[float]]:
+    """Seconds to run `true` alone and in the sandbox (bwrap, setpriv, the mounts): its own start cost."""
+    confined = confine.confine(plan, "bench/up", "/usr/bin/true", [], {}, None)
+    plain, boxed = [], []
+    for _ in range(30):
+        for argv, bucket in ((["/usr/bin/true"], plain), (confined.argv, boxed)):
             t0 = time.perf_counter()
-            await channel.request("tools/call", tool[1])
-            times.append(time.perf_counter() - t0)
-        return ready, times
+            subprocess.run(argv, env=confined.env, check=True)
+            bucket.append(time.perf_counter() - t0)
+    return plain, boxed
 
 
 def summary(values: list[float]) -> str:
@@ -68,7 +79,8 @@ async def main(args: argparse.Namespace) -> None:
         print("bwrap is not installed (apt-get install bubblewrap)")
         return
     if args.time:
-        command = [shutil.which("mcp-server-time") or "mcp-server-time", "--local-timezone", "UTC"]
+        installed = Path(sys.executable).parent / "mcp-server-time"
+        command = [str(installed), "--local-timezone", "UTC"]
         tool = ("get_current_time", b'{"name":"get_current_time","arguments":{"timezone":"UTC"}}')
     else:
         command = [sys.executable, str(UPSTREAMS / "echo_server.py")]
@@ -77,11 +89,24 @@ async def main(args: argparse.Namespace) -> None:
         log = RotatingFile(Path(data) / "bench.stderr.log")
         plan = SandboxPlan(home=home_dir(data, "bench/up"), hidden=(data,))
         print(f"upstream: {' '.join(Path(c).name for c in command)}; as {'root' if os.geteuid() == 0 else 'a user'}")
-        for label, each in (("no sandbox", None), ("sandbox", plan)):
-            await _run(command, each, log, calls=20, tool=tool)  # warm the page cache and the home
-            starts = [(await _run(command, each, log, calls=0, tool=tool))[0] for _ in range(args.starts)]
-            _, calls = await _run(command, each, log, calls=args.calls, tool=tool)
-            print(f"{label:>10}  start to initialize: {summary(starts)}   tools/call: {summary(calls)}")
+        plain, boxed = bare_start(plan)
+        print(f"{'':>10}  bwrap alone, /usr/bin/true: without {summary(plain)}   with {summary(boxed)}")
+        # Alternate the two, so that the load of a shared machine falls on both alike.
+        starts: dict[str, list[float]] = {"no sandbox": [], "sandbox": []}
+        calls: dict[str, list[float]] = {"no sandbox": [], "sandbox": []}
+        for _ in range(args.starts):
+            for label, each in (("no sandbox", None), ("sandbox", plan)):
+                async with _open(command, each, log) as (ready, _channel):
+                    starts[label].append(ready)
+        async with _open(command, None, log) as (_, bare), _open(command, plan, log) as (_, boxed_channel):
+            for _ in range(args.calls // 50):
+                for label, channel in (("no sandbox", bare), ("sandbox", boxed_channel)):
+                    for _ in range(50):
+                        t0 = time.perf_counter()
+                        await channel.request("tools/call", tool[1])
+                        calls[label].append(time.perf_counter() - t0)
+        for label in starts:
+            print(f"{label:>10}  start to initialize: {summary(starts[label])}   tools/call: {summary(calls[label])}")
 
 
 if __name__ == "__main__":

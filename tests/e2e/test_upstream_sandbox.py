@@ -189,6 +189,12 @@ async def test_no_network_means_loopback_only(tmp_path: Path) -> None:
         assert (alice["memory_mb"], alice["max_processes"]) == (1024, 256)
         code, text = await host.stack.actl("inspect", "shell", json_output=False)
         assert "sandbox (alice/shell):" in text and "1024 MiB, 256 processes" in text
+        # The admin API (and the console's server page, which shows it) says the same.
+        response = await host.alice.http.get(
+            f"{host.stack.base_url}/api/v1/servers/shell", headers={"Authorization": f"Bearer {host.admin_token}"}
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["sandboxes"]["alice/shell"]["network"] == "none (loopback only)"
 
 
 def test_check_names_the_fix_when_bwrap_is_missing(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ def listing(path):
         return []
 status = dict(line.split(":", 1) for line in open("/proc/self/status"))
 open(os.path.join(os.environ["HOME"], "written"), "w").write("ok")
+open("/dev/shm/shared", "w").write("ok")
 print(json.dumps({
     "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
     "cap_eff": status["CapEff"].strip(), "cap_bnd": status["CapBnd"].strip(),

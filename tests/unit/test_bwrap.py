@@ -99,7 +99,7 @@ def test_masks_cover_what_a_bind_would_show() -> None:
         ),
     )
     argv = bwrap_argv(spec, ["x"], privileged=True)
-    assert pairs(argv, "--tmpfs") == [("/tmp",), ("/etc/mcpvisor",)]
+    assert pairs(argv, "--tmpfs") == [("/dev/shm",), ("/tmp",), ("/etc/mcpvisor",)]
     assert argv[argv.index("/etc/mcpvisor") - 3 : argv.index("/etc/mcpvisor")] == ["--perms", "0000", "--tmpfs"]
     assert ("/dev/null", "/project/.secrets/token") in pairs(argv, "--ro-bind", 2)
     assert "/var/lib/mcpvisor" not in argv

@@ -247,6 +247,14 @@ function renderDashboard(view) {
 
 // -- server page ---------------------------------------------------------------------------------
 
+// What a sandbox allows, in one line (Flatpak shows an app's permissions the same way).
+function sandboxSummary(box) {
+  if (!box.enabled) return "none: the process runs as mcpvisor does";
+  const cpu = box.cpu ? `${box.cpu} cores` : "CPU unlimited";
+  return `network ${box.network}; writable: ${box.writable.join(", ")}; read-only: ${box.read_only.join(", ")}; ` +
+    `${box.memory_mb} MiB, ${box.max_processes} processes, ${cpu}; never: ${box.never.join(", ")}`;
+}
+
 function renderServer(view, name) {
   const path = "/servers/" + encodeURIComponent(name);
   const head = h("div", {});
@@ -314,6 +322,7 @@ function renderServer(view, name) {
       ["headers", c.headers.join(", ") || "-"],
       ["risk", s.risk || "-"],
       ["policy", JSON.stringify(c.policy)],
+      ...Object.entries(s.sandboxes || {}).map(([who, box]) => ["sandbox " + who, sandboxSummary(box)]),
     ].filter(Boolean);
     config.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
