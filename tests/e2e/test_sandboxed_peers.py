@@ -73,3 +73,30 @@ async def test_the_memory_watchdog_kills_where_no_cgroup_is_used(tmp_path: Path)
                     break
         assert "back" in text_of(answer)
         assert all("memory limit (200 MiB)" in reason for reason in reasons), reasons
+
+
+async def test_an_npx_server_keeps_its_download_in_its_home(tmp_path: Path) -> None:
+    """`npx -y @modelcontextprotocol/server-everything` from the npm registry, in a tenant's sandbox."""
+    if shutil.which("npx") is None:
+        pytest.skip("system package missing: npm")
+    servers = {
+        "everything": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-everything"],
+            "policy": {"init_timeout": 240},
+        }
+    }
+    async with open_stack(tmp_path, servers, settings={"sandbox": True}, wait_for=[]) as stack:
+        try:
+            await stack.wait_ready(["everything"], timeout=300)
+        except TimeoutError:
+            stderr = stack.log(f"{log_stem('everything')}.stderr.log")
+            if re.search(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT", stderr):
+                pytest.skip("the npm registry cannot be reached from here")
+            raise
+        async with stack.client() as client:
+            echoed = await client.call_tool("everything:echo", {"message": "fetched by npx"})
+            assert "fetched by npx" in text_of(echoed)
+        # The download is in the server's own home, where the next start finds it.
+        home = stack.data_dir / "sandboxes" / "servers" / "everything"
+        assert (home / ".npm" / "_npx").is_dir()
