@@ -1,0 +1,71 @@
+"""`state_url`: what is accepted, what is shown, and how a referenced password enters the URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from mcpvisor.supervisor.config import loads
+from mcpvisor.wire.config import ConfigError
+from mcpvisor.wire.state_url import StateStoreError, check_url, redact_url, resolve_url
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/mcpvisor", "postgresql://app:***@db:5432/mcpvisor"),
+        ("postgresql://app:${env:PG_PASSWORD}@db/mcpvisor", "postgresql://app:***@db/mcpvisor"),
+        ("postgresql://app:${file:/run/secrets/pg}@db/mcpvisor", "postgresql://app:***@db/mcpvisor"),
+        ("postgres://app:p@ss:w/rd@db/x?sslmode=require", "postgres://app:***@db/x?sslmode=require"),
+        ("postgresql://app@db/mcpvisor", "postgresql://app@db/mcpvisor"),
+        ("postgresql://db/mcpvisor", "postgresql://db/mcpvisor"),
+        ("not a url at all", "***"),
+    ],
+)
+def test_a_shown_url_never_holds_its_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_a_referenced_password_is_resolved_and_percent_encoded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    password = "p@ss/w:rd%?#"
+    monkeypatch.setenv("PG_PASSWORD", password)
+    resolved, redactor = resolve_url("postgresql://app:${env:PG_PASSWORD}@db:5432/mcpvisor")
+    parts = urlsplit(resolved)
+    assert (parts.hostname, parts.port, parts.username, parts.path) == ("db", 5432, "app", "/mcpvisor")
+    assert parts.password is not None and password not in resolved
+    assert redactor(f"error near {password}") == "error near ***"
+
+    secret_file = tmp_path / "pg"
+    secret_file.write_text(password + "\n")
+    resolved, _ = resolve_url(f"postgresql://app:${{file:{secret_file}}}@db/mcpvisor")
+    assert urlsplit(resolved).hostname == "db" and password not in resolved
+
+
+def test_a_reference_that_cannot_be_resolved_names_itself_not_a_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PG_NOT_SET", raising=False)
+    with pytest.raises(StateStoreError) as caught:
+        resolve_url("postgresql://app:${env:PG_NOT_SET}@db/mcpvisor")
+    assert "PG_NOT_SET" in str(caught.value) and "postgresql://app:***@db/mcpvisor" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("mysql://app:hunter22@db/x", "must start with postgresql://"),
+        ("sqlite:///tmp/x", "must start with postgresql://"),
+        ("postgresql://app:${env:1BAD}@db/x", "bad variable name"),
+    ],
+)
+def test_the_loader_refuses_what_is_not_a_postgresql_url_without_showing_the_password(url: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        loads(f'[mcpvisor]\nstate_url = "{url}"\n', source="mcpvisor.toml")
+    message = str(caught.value)
+    assert problem in message and message.startswith("mcpvisor.toml:2:")
+    assert "hunter22" not in message
+
+
+def test_without_state_url_the_store_stays_sqlite() -> None:
+    assert loads("[mcpvisor]\n", source="x").mcpvisor.state_url is None
+    check_url("postgresql://app:${env:PG_PASSWORD}@db/mcpvisor")  # accepted as it is; nothing resolved yet
