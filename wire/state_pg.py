@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -27,6 +27,7 @@ from mcpvisor.wire.state_db import CHANNEL
 from mcpvisor.wire.state_url import StateStoreError, redact_url, resolve_url
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # pg_advisory_xact_lock key that serializes schema upgrades: replicas starting at once on an empty
 # database would otherwise both create the tables (the text "mcpvisor" as a number).
@@ -205,9 +206,6 @@ class PostgresState:
                     max_size=self._max_size,
                     kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
                     timeout=POOL_WAIT,
-                    # A connection the server dropped (a restart, a failover) is replaced before use,
-                    # not handed out to fail the statement it was given.
-                    check=psycopg_pool.ConnectionPool.check_connection,
                     name="mcpvisor-state",
                     open=True,
                 )
@@ -215,11 +213,23 @@ class PostgresState:
 
     @contextlib.contextmanager
     def session(self) -> Iterator[_Session]:
-        """A connection of the pool for a few statements; StateStoreError when the store fails."""
+        """A checked connection of the pool for a few statements; StateStoreError when the store fails.
+
+        A connection the server dropped (a restart, a failover) is only found out when used: it is
+        tried first, and replaced once, so the statements are not given a dead connection.
+        """
         try:
-            with self.pool.connection() as connection:
-                yield _Session(connection)
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            for attempt in (1, 2):
+                with self.pool.connection() as connection:
+                    try:
+                        psycopg_pool.ConnectionPool.check_connection(connection)
+                    except psycopg.OperationalError:
+                        if attempt == 2:
+                            raise
+                        continue  # returned broken, the pool drops it
+                    yield _Session(connection)
+                    return
+        except psycopg.Error as exc:
             raise StateStoreError(self.describe(exc)) from None
 
     @contextlib.contextmanager
@@ -228,19 +238,36 @@ class PostgresState:
         with self.session() as session, session.connection.transaction():
             yield session
 
+    def _call(self, call: Callable[[_Session], _T]) -> _T:
+        """`call` on a connection of the pool, once more on another if the first was dropped by the server.
+
+        Unlike `session`, nothing is checked first: a round trip saved on every token check and
+        activity row. A statement that found its connection dead was not run, so it is run again.
+        """
+        try:
+            for attempt in (1, 2):
+                try:
+                    with self.pool.connection() as connection:
+                        return call(_Session(connection))
+                except psycopg_pool.PoolTimeout:
+                    raise
+                except psycopg.OperationalError:
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
+        except psycopg.Error as exc:
+            raise StateStoreError(self.describe(exc)) from None
+
     # The calls of an sqlite3.Connection that the code above the store makes.
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Rows:
-        with self.session() as session:
-            return session.execute(sql, params)
+        return self._call(lambda session: session.execute(sql, params))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Rows:
-        with self.session() as session:
-            return session.executemany(sql, rows)
+        return self._call(lambda session: session.executemany(sql, rows))
 
     def notify(self, topic: str) -> None:
-        with self.session() as session:
-            session.notify(topic)
+        self._call(lambda session: session.notify(topic))
 
     def close(self) -> None:
         with self._lock:
