@@ -15,6 +15,7 @@ from hypercorn.config import Config as HypercornConfig
 from mcpvisor.frontend.door.catalog import Catalog
 from mcpvisor.frontend.door.control import ControlClient
 from mcpvisor.frontend.door.gatekeeper import Gate
+from mcpvisor.frontend.door.logins import LoginTickets
 from mcpvisor.frontend.door.metrics import Metrics
 from mcpvisor.frontend.door.router import MergedCatalog, Router
 from mcpvisor.frontend.endpoints.admin_api import PREFIX as API_PREFIX
@@ -125,7 +126,9 @@ async def run(
         script_confinement=Confinement(
             required=script_sandbox.sandbox_required(settings, spec.tenants), hidden=tuple(spec.hidden)
         ),
+        logins=LoginTickets(ttl=settings.login_link_ttl),
     )
+    router.on_account = shared.activity.record_account
     services: trio.Nursery | None = None
 
     def nursery_of() -> trio.Nursery:
@@ -151,6 +154,7 @@ async def run(
         approvals=shared.gate.approvals,
         control=control_client,
         changed=decided,
+        accounts=shared.activity.record_account,
     )
     tokens = TokenStore(db)
     authenticator = None

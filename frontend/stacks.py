@@ -28,6 +28,7 @@ import trio
 
 from mcpvisor.frontend.door.control import ControlClient, ControlError
 from mcpvisor.frontend.door.gatekeeper import Gate
+from mcpvisor.frontend.door.logins import LoginTickets
 from mcpvisor.frontend.door.metrics import Metrics
 from mcpvisor.frontend.door.rounds import ROUND_TTL, Rounds
 from mcpvisor.frontend.door.router import Router, TenantRouter
@@ -73,6 +74,7 @@ class Shared:
     search: SearchConfig = field(default_factory=SearchConfig)
     # How code_execution's script processes are confined (bwrap; required with tenants).
     script_confinement: Confinement = field(default_factory=Confinement)
+    logins: LoginTickets = field(default_factory=LoginTickets)  # tenants' own upstream logins
 
     @property
     def on_demand(self) -> bool:
@@ -138,6 +140,7 @@ class Stack:
             rounds=Rounds(ROUND_TTL),
             metrics=shared.metrics,
             tenant=tenant,
+            logins=shared.logins,
         )
         self.clients = Clients(self.upstreams)
         self.builtins = Builtins(
@@ -256,7 +259,9 @@ class Stack:
                 continue
             view = catalog.servers.get(name)
             # A view left from before an idle stop is not alive: it says nothing of the new worker.
-            if view is None or not view.alive or view.state not in (UpstreamState.READY, UpstreamState.ERROR):
+            # One that waits for a login waits for a person: the request need not wait with it.
+            settled = (UpstreamState.READY, UpstreamState.ERROR, UpstreamState.AUTHENTICATING)
+            if view is None or not view.alive or view.state not in settled:
                 return False
         return True
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.wire import bwrap, logs, trust
+from mcpvisor.wire import bwrap, logs, tenant_secrets, trust
 from mcpvisor.wire.config import ConfigError
 
 DEFAULT_CONFIG = "mcpvisor.toml"
@@ -75,6 +75,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"mcpvisor: {path}: sandboxes are required but cannot be built: {problem}", file=sys.stderr)
         return 1
     print(f"{path}: ok, {len(config.servers)} servers")
+    # Per-tenant secret references ({tenant} in a path): which tenants lack which (never a value).
+    tenants = {name: table.servers for name, table in config.tenants.items()}
+    for tenant, server, reference in tenant_secrets.missing_by_tenant(config.servers, tenants):
+        print(f"tenant {tenant} lacks {reference} (server {server}): it waits for the operator")
     if (problem := _code_execution_sandbox(path, config)) is not None:
         refused, line = problem
         print(f"mcpvisor: {line}", file=sys.stderr)

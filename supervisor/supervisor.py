@@ -23,7 +23,7 @@ from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, C
 from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
-from mcpvisor.wire import codec, frontend_spec, oauth_store, sandboxing, worker_spec
+from mcpvisor.wire import codec, frontend_spec, oauth_store, sandboxing, tenant_secrets, worker_spec
 from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
 from mcpvisor.wire.forkserver import ForkServer
@@ -250,9 +250,14 @@ class Supervisor:
         return Launch([sys.executable, "-P", "-m", "mcpvisor.frontend"], env, self.log_dir / "frontend.log")
 
     def worker_launch(self, worker: str) -> Launch:
+        tenant = worker.rpartition("/")[0]
+        # Per-tenant secret references name this worker's tenant, as the tenant table knows it.
+        server = self.config.servers[server_of(worker)]
+        if tenant in self.config.tenants:
+            server = tenant_secrets.for_tenant(server, tenant)
         spec = worker_spec.WorkerSpec(
             id=worker,
-            server=self.config.servers[server_of(worker)],
+            server=server,
             calls_endpoint=self.endpoints.calls,
             control_endpoint=self.endpoints.control,
             log_dir=str(self.log_dir),
@@ -415,8 +420,8 @@ class Supervisor:
         upstream that is unreachable also settles it (the worker keeps reconnecting), whereas a
         stdio upstream that cannot start makes the worker exit, and start retries apply.
         """
-        if report.upstream_state is None or report.upstream_state is UpstreamState.READY:
-            return True
+        if report.upstream_state is None or report.upstream_state is UpstreamState.READY or report.waiting:
+            return True  # waiting: for the operator to put a secret in place, retrying meanwhile
         server = self.config.servers.get(server_of(program.name.removeprefix(WORKER_PREFIX)))
         waiting = (UpstreamState.ERROR, UpstreamState.AUTHENTICATING)  # AUTHENTICATING: for an operator's login
         return report.upstream_state in waiting and server is not None and server.kind != "stdio"
@@ -585,7 +590,10 @@ class Supervisor:
             row["error"] = redact_secrets(report.error) if report else ""
             row["discoveries"] = report.discoveries if report else 0
             row["connect_seconds"] = report.connect_seconds if report else 0.0
-            expires = oauth_store.expires_at(oauth_store.token_path(self.data_dir, self.display_name(program)))
+            worker = self.display_name(program)
+            config = self.config.servers.get(server_of(worker))
+            shared = config is not None and config.oauth is not None and config.oauth.shared
+            expires = oauth_store.expires_at(oauth_store.token_file_of(self.data_dir, worker, shared=shared))
             if expires is not None:
                 row["token_expires"] = round(expires)  # Unix time of the upstream login's access token
         return row

@@ -166,6 +166,13 @@ class UpstreamOAuth(_Strict):
             " used where the server supports one."
         ),
     ] = None
+    shared: Annotated[
+        bool,
+        msgspec.Meta(
+            description="One operator login (`mcpvisor ctl login NAME`) serves every tenant, for a service account."
+            " By default each tenant connects its own account with the server's `NAME:login` tool."
+        ),
+    ] = False
 
     def __post_init__(self) -> None:
         if self.client_secret is not None and not SECRET_REFERENCE.fullmatch(self.client_secret):
@@ -477,6 +484,25 @@ class Settings(_Strict):
             " always run in one."
         ),
     ] = False
+    login_link_ttl: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=3600,
+            description="Seconds a tenant's upstream login link (from a `SERVER:login` tool) can be opened, once.",
+        ),
+    ] = 300.0
+    public_url: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The address people's browsers reach this mcpvisor at (e.g. https://mcp.example.com),"
+            " for the links of upstream logins and their return to /oauth/callback. Default: the listen address."
+        ),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.public_url is not None and not re.fullmatch(r"https?://[^/?#\s]+/?", self.public_url):
+            raise ValueError("public_url must be an http(s) origin such as https://mcp.example.com (no path)")
 
 
 TENANT_NAME = SERVER_NAME

@@ -19,6 +19,7 @@ class ErrorCode(enum.IntEnum):
     BAD_REQUEST = 9
     INTERNAL = 10
     FORBIDDEN = 11
+    LOGIN_REQUIRED = 12  # the upstream needs this tenant to connect its account (`SERVER:login`)
 
 
 # JSON-RPC codes (MCP specification): what a client sees for each failure.
@@ -41,6 +42,7 @@ JSONRPC_CODE = {
     ErrorCode.BAD_REQUEST: INVALID_PARAMS,
     ErrorCode.INTERNAL: INTERNAL_ERROR,
     ErrorCode.FORBIDDEN: SERVER_ERROR,
+    ErrorCode.LOGIN_REQUIRED: SERVER_ERROR,
 }
 
 

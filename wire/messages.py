@@ -46,6 +46,8 @@ class Snapshot(_Msg, tag="snap"):
     # The upstream's initialize result as JSON (protocolVersion, capabilities, serverInfo,
     # instructions), for /mcp/servers/NAME; empty until it has answered one.
     initialize: bytes = b""
+    # Waiting for this worker's tenant to connect its own account: the frontend offers `SERVER:login`.
+    login: bool = False
 
 
 class Request(_Msg, tag="req"):
@@ -147,6 +149,7 @@ class Report(_Msg, tag="report"):
     fatal: str = ""  # set on the last report of a worker that is exiting because its upstream cannot start
     discoveries: int = 0
     connect_seconds: float = 0.0  # the upstream's own start: transport opened to initialize answered
+    waiting: bool = False  # the upstream waits for the operator (a secret it needs is missing): not a crash
 
 
 class ConfigChanged(_Msg, tag="config"):

@@ -1,8 +1,10 @@
 """Where a worker keeps its upstream login: one file per worker id in DATA_DIR/oauth, mode 0600.
 
-The worker writes it (tokens, its registration, the servers' metadata); the supervisor reads only
-`expires_at` (for `ctl status`) and removes the file on `ctl logout` when no worker is running.
-Nothing else reads it, and no listing, log line or error shows what is inside.
+The worker writes it (tokens, its registration, the servers' metadata); the supervisor and the
+admin API read only which logins exist and `expires_at` (for `ctl status`, `ctl logins`), and remove
+a file on logout when no worker is running. A server with `oauth.shared` keeps one file, the plain
+server's, which every tenant's worker of it reads. Nothing else reads it, and no listing, log line
+or error shows what is inside.
 """
 
 from __future__ import annotations
@@ -12,13 +14,23 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import msgspec
 
+from mcpvisor.wire.config import parse_listen
+
 DIR_NAME = "oauth"
-# The one non-MCP request the frontend sends a worker: a login's redirect, from /oauth/callback.
+# The non-MCP requests the frontend sends a worker: a login's redirect, from /oauth/callback; a
+# tenant's own login (the `SERVER:login` tool) and logout (`upstream_servers`, the admin API).
 CALLBACK_METHOD = "mcpvisor/oauth_callback"
+LOGIN_METHOD = "mcpvisor/oauth_login"
+LOGOUT_METHOD = "mcpvisor/oauth_logout"
+LOGIN_METHODS = frozenset({CALLBACK_METHOD, LOGIN_METHOD, LOGOUT_METHOD})
+# The worker -> frontend notification that an account was connected or disconnected (activity log).
+ACCOUNT_EVENT = "notifications/mcpvisor/account"
+CALLBACK_PATH = "/oauth/callback"
+START_PATH = "/oauth/start/"
 
 
 class TokenFile(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -35,6 +47,45 @@ _decoder = msgspec.json.Decoder(TokenFile)
 def token_path(data_dir: Path, worker_id: str) -> Path:
     """The file of worker `server` or `tenant/server`; the `/` is escaped, so ids never collide."""
     return Path(data_dir) / DIR_NAME / f"{quote(worker_id, safe='')}.json"
+
+
+def token_file_of(data_dir: Path, worker_id: str, *, shared: bool) -> Path:
+    """The file a worker keeps its login in: its own, or the plain server's when the login is shared."""
+    return token_path(data_dir, worker_id.rpartition("/")[2] if shared else worker_id)
+
+
+def logins(data_dir: Path) -> list[tuple[str, float | None]]:
+    """Every stored login with a token: (worker id, expiry or None), sorted by worker id."""
+    folder = Path(data_dir) / DIR_NAME
+    found = []
+    try:
+        names = sorted(entry.name for entry in folder.iterdir() if entry.name.endswith(".json"))
+    except OSError:
+        return []
+    for name in names:
+        if name.startswith(".tmp-"):
+            continue
+        stored = load(folder / name)
+        if stored.tokens:
+            found.append((unquote(name.removesuffix(".json")), stored.expires_at))
+    return found
+
+
+def base_url(listen: str, public_url: str | None = None) -> str:
+    """Where a browser reaches this mcpvisor: `public_url`, else the listener (a wildcard on loopback)."""
+    if public_url:
+        return public_url.rstrip("/")
+    host, port = parse_listen(listen)
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def redirect_uri(listen: str, public_url: str | None = None) -> str:
+    """The redirect URI of every upstream login: mcpvisor's own /oauth/callback."""
+    return base_url(listen, public_url) + CALLBACK_PATH
 
 
 def load(path: Path) -> TokenFile:

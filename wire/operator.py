@@ -11,7 +11,9 @@ from typing import Literal
 
 import msgspec
 
-Action = Literal["pending", "inspect", "approve", "block"]
+# "account": an upstream login forgotten with no worker running (name: the worker, tools: [event]),
+# for the activity log the frontend writes.
+Action = Literal["pending", "inspect", "approve", "block", "account"]
 
 
 class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
@@ -85,4 +87,8 @@ class Decision(_Result, tag="decision", kw_only=True):
     approved_tools: list[str] = []  # every tool of the server approved after this decision
 
 
-OperatorResult = Pending | Inspection | Decision
+class Noted(_Result, tag="noted", kw_only=True):
+    """The frontend recorded what it was told."""
+
+
+OperatorResult = Pending | Inspection | Decision | Noted

@@ -134,6 +134,7 @@ class UpstreamAuth(OAuthClientProvider):
         self.settings = settings
         self._on_challenge = on_challenge
         self._refresh_lock = trio.Lock()
+        self._seen_version: tuple[int, int] | None = None  # the token file as this worker last read or wrote it
         self.challenge: Challenge | None = None
         self.reason = ""  # why a login is needed, while one is
         # The login in progress: its URL is handed to the operator, the callback brings the code.
@@ -145,7 +146,20 @@ class UpstreamAuth(OAuthClientProvider):
 
     # -- the token file --------------------------------------------------------------------------
 
+    def file_version(self) -> tuple[int, int] | None:
+        """The token file's (mtime, size): another worker sharing it (`oauth.shared`) may have written it."""
+        try:
+            info = self.token_file.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
+
+    def reload(self) -> None:
+        """Take the token file as it is now at the next request (another worker refreshed or logged in)."""
+        self._initialized = False
+
     async def _initialize(self) -> None:
+        self._seen_version = self.file_version()
         stored = oauth_store.load(self.token_file)
         context = self.context
         try:
@@ -199,6 +213,7 @@ class UpstreamAuth(OAuthClientProvider):
                 resource_metadata=_dump(context.protected_resource_metadata),
             ),
         )
+        self._seen_version = self.file_version()
 
     def forget(self) -> None:
         """Drop the tokens (logout); the registration and the servers' metadata stay for the next login."""
@@ -228,7 +243,8 @@ class UpstreamAuth(OAuthClientProvider):
 
     async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         """Attach the token, refresh it when due or refused once, else record the challenge."""
-        if not self._initialized:
+        if not self._initialized or (self.settings.shared and self.file_version() != self._seen_version):
+            # A shared login's file is written by every worker that refreshes it: take the newest.
             await self._initialize()
         self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if self._refresh_due():
@@ -267,6 +283,11 @@ class UpstreamAuth(OAuthClientProvider):
             log.info("upstream %s: access token refreshed", self.context.server_url)
             self.save()  # the SDK stored the tokens; the expiry goes with them
             return
+        if self.settings.shared and self.file_version() != self._seen_version:
+            # Another worker refreshed the shared login first (its refresh token is the new one).
+            await self._initialize()
+            if self.has_tokens:
+                return
         # The SDK dropped the tokens from memory; the file must not bring them back.
         self._initialized = True
         self.context.clear_tokens()

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 LOGIN_TIMEOUT = 600.0  # how long an authorization URL waits for its redirect
 URL_TIMEOUT = 30.0  # discovery and registration, before the URL can be shown
 COMPLETE_TIMEOUT = 30.0  # the token exchange after the redirect
+REPLACED = "replaced by a newer login"
 
 
 class CallbackParams(msgspec.Struct, kw_only=True):
@@ -34,6 +35,9 @@ class CallbackParams(msgspec.Struct, kw_only=True):
     iss: str | None = None
     error: str = ""
     error_description: str = ""
+    # Set by the frontend, never from the query: a hash of the login cookie the browser presented
+    # (the one the tenant's login link set), "" without one.
+    binding: str = ""
 
 
 class LoginDesk:
@@ -49,14 +53,26 @@ class LoginDesk:
         self._scope: trio.CancelScope | None = None
         self._done = trio.Event()
         self.error = ""  # why the last login failed
+        # A tenant's login is bound to the browser that opened its link: the hash of that link's
+        # cookie. An operator's (`ctl login`) has none.
+        self.binding = ""
 
     @property
     def pending(self) -> bool:
         return self._scope is not None
 
-    async def start(self, redirect_uri: str, nursery: trio.Nursery) -> dict[str, Any]:
-        """Begin a login (or return the one in flight): the authorization URL for the operator."""
+    async def start(self, redirect_uri: str, nursery: trio.Nursery, *, binding: str = "") -> dict[str, Any]:
+        """Begin a login (or return the one in flight): the authorization URL for the operator.
+
+        A tenant's login (`binding`) always starts afresh, so only the newest link works, and an
+        operator's does not join a tenant's.
+        """
+        if self._scope is not None and (binding or self.binding):
+            self.error = REPLACED
+            self.cancel()
+            await self._done.wait()
         if self._scope is None:
+            self.binding = binding
             self.error = ""
             self._done = trio.Event()
             self._scope = trio.CancelScope(deadline=trio.current_time() + LOGIN_TIMEOUT)
@@ -90,14 +106,14 @@ class LoginDesk:
                 log.info("upstream %s: logged in", self.name)
                 self._on_login()
             if scope.cancelled_caught and not self.error:
-                self.error = "the login was not completed in time; run `mcpvisor ctl login` again"
+                self.error = "the login was not completed in time; start it again"
         except LoginError as exc:
             self.error = str(exc)
             log.warning("upstream %s: login failed: %s", self.name, self.error)
         finally:
             if self._scope is scope:
                 self._scope = None
-            if self.error:
+            if self.error and self.error != REPLACED:
                 self._on_failure(self.error)
             done.set()
 
@@ -106,6 +122,11 @@ class LoginDesk:
         state = self.auth.state
         if self._scope is None or not state or not secrets.compare_digest(params.state.encode(), state.encode()):
             return {"mine": False}
+        if self.binding and not secrets.compare_digest(params.binding.encode(), self.binding.encode()):
+            # Another browser than the one that opened the tenant's link: nothing is bound, and the
+            # login stays waiting for its own browser.
+            log.warning("upstream %s: a redirect came from a browser that did not open the login link", self.name)
+            return {"mine": True, "ok": False, "name": self.name, "error": "this login was started in another browser"}
         done = self._done
         if params.error:
             self.error = f"the authorization server answered {params.error!r}" + (

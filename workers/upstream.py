@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from pydantic import TypeAdapter, ValidationError
 
-from mcpvisor.wire import lifetime, oauth_store
+from mcpvisor.wire import lifetime, oauth_store, tenant_secrets
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, log_stem, tail_lines
@@ -180,6 +180,10 @@ def backoff_delay(attempt: int, cap: float, *, base: float = 0.5, jitter: float 
     return delay * (1 + random.uniform(-jitter, jitter))
 
 
+SECRET_RECHECK_MAX = 10.0  # a missing secret is looked for again at most this often
+SHARED_LOGIN_CHECK = 2.0  # how often a tenant's worker of a shared login looks for the operator's
+
+
 class Upstream:
     """Owns the connection to one upstream and the catalog discovered on it."""
 
@@ -220,12 +224,26 @@ class Upstream:
         self._last_channel: StdioChannel | None = None
         # OAuth toward a remote upstream, unless the operator sends an Authorization header himself.
         self.auth: UpstreamAuth | None = None
+        self.tenant, _, self.server_label = name.rpartition("/")
+        # One operator login for every tenant (a service account), or each tenant's own (the default).
+        self.shared_login = server.oauth is not None and server.oauth.shared
         if server.kind != "stdio" and server.url and not any(k.lower() == "authorization" for k in server.headers):
             # The supervisor keeps logs in DATA_DIR/logs; the token files live beside them.
-            token_file = oauth_store.token_path(log_dir.parent, name)
+            token_file = oauth_store.token_file_of(log_dir.parent, name, shared=self.shared_login)
             self.auth = UpstreamAuth(server.url, token_file, server.oauth, self._challenged, sse=server.kind == "sse")
         self._needs_login = False
         self._logged_in = trio.Event()
+        self.waiting_for_secret = False  # a secret this worker's references name is missing
+
+    @property
+    def self_login(self) -> bool:
+        """The tenant connects its own account (the `SERVER:login` tool), not the operator."""
+        return self.auth is not None and bool(self.tenant) and not self.shared_login
+
+    @property
+    def awaiting_login(self) -> bool:
+        """Waiting for this tenant's own login: what makes the frontend offer `SERVER:login`."""
+        return self.self_login and self.state is UpstreamState.AUTHENTICATING
 
     @property
     def pid(self) -> int | None:
@@ -275,6 +293,7 @@ class Upstream:
                     await self._discover(session)
                     attempt = 0
                     self.ever_ready = True
+                    self.waiting_for_secret = False
                     self._set_state(UpstreamState.READY)
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._serve_pings, session)
@@ -291,14 +310,21 @@ class Upstream:
                     raise WireError(ErrorCode.UPSTREAM_GONE, reason)
             except Exception as exc:  # the reconnect loop is the boundary: every failure becomes a state
                 message = self._explain(describe_failure(exc))
+                self.waiting_for_secret = _secret_error(exc)
             finally:
                 self.session = None
                 self._channel = None
             if self._needs_login and self.auth is not None:
                 self._set_state(UpstreamState.AUTHENTICATING, self.login_hint())
-                await self._logged_in.wait()
+                await self._wait_for_login()
                 self._logged_in = trio.Event()
                 attempt = 0
+                continue
+            if self.waiting_for_secret:
+                # Not a crash to retry fast: the operator has to put the secret in place.
+                self._set_state(UpstreamState.ERROR, f"waiting for the operator: {message}")
+                await trio.sleep(min(backoff_delay(attempt, SECRET_RECHECK_MAX), SECRET_RECHECK_MAX))
+                attempt += 1
                 continue
             self._set_state(UpstreamState.ERROR, message)
             if not self.ever_ready and self.server.kind == "stdio":
@@ -343,6 +369,8 @@ class Upstream:
 
     async def _open_transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
         server = self.server
+        if not self.tenant and tenant_secrets.server_names_tenant(server):
+            raise SecretError("this server's secrets are per tenant ({tenant} in a reference): it serves tenants only")
         if server.kind == "stdio":
             assert server.command is not None
             configured = resolve_all(server.env)
@@ -401,7 +429,28 @@ class Upstream:
     def login_hint(self) -> str:
         """Why the upstream waits for a login, and what to do: safe for any client to read."""
         reason = self.auth.reason if self.auth is not None and self.auth.reason else "the server asks for a login"
+        if self.self_login:
+            return f"{reason}: connect your account with the tool `{self.server_label}:login`"
+        if self.tenant:
+            return f"{reason}: waiting for the operator to log in (`mcpvisor ctl login {self.server_label}`)"
         return f"{reason}: run `mcpvisor ctl login {self.name}`"
+
+    async def _wait_for_login(self) -> None:
+        """Until a login completes; a shared login's tenant workers also watch the operator's file."""
+        if not (self.shared_login and self.tenant and self.auth is not None):
+            await self._logged_in.wait()
+            return
+        seen = self.auth.file_version()
+        while True:
+            with trio.move_on_after(SHARED_LOGIN_CHECK):
+                await self._logged_in.wait()
+                return
+            if self.auth.file_version() != seen:
+                seen = self.auth.file_version()
+                if oauth_store.load(self.auth.token_file).tokens:
+                    self.auth.reload()  # the next request reads the operator's tokens
+                    self._needs_login = False
+                    return
 
     def _challenged(self, challenge: Challenge) -> None:
         """A request met a challenge its tokens could not answer (see workers/oauth.py)."""
@@ -544,8 +593,12 @@ class Upstream:
             after = self.auth.challenge if self.auth is not None else None
             if after is None or after is challenge:
                 raise
-            code = ErrorCode.FORBIDDEN if after.step_up else ErrorCode.SERVER_UNAVAILABLE
-            raise WireError(code, f"server '{self.name}': {self.login_hint()}") from None
+            if self.self_login:
+                # The frontend answers it as the login tool would: the tenant's login URL.
+                code = ErrorCode.LOGIN_REQUIRED
+            else:
+                code = ErrorCode.FORBIDDEN if after.step_up else ErrorCode.SERVER_UNAVAILABLE
+            raise WireError(code, f"server '{self.server_label}': {self.login_hint()}") from None
 
     async def _request_ready(
         self, session: ClientSession, method: str, params: bytes | None, timeout: float, request_id: int
@@ -669,6 +722,12 @@ class Upstream:
                 log.warning("upstream %s: rediscovery failed: %s", self.name, exc.message)
             except MCPError as exc:
                 log.warning("upstream %s: rediscovery failed: %s", self.name, exc.message)
+
+
+def _secret_error(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_secret_error(inner) for inner in exc.exceptions)
+    return isinstance(exc, SecretError)
 
 
 def describe_failure(exc: BaseException) -> str:

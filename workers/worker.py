@@ -36,7 +36,7 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
-from mcpvisor.wire.oauth_store import CALLBACK_METHOD
+from mcpvisor.wire.oauth_store import ACCOUNT_EVENT, CALLBACK_METHOD, LOGIN_METHOD, LOGIN_METHODS, LOGOUT_METHOD
 from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.worker_spec import WorkerSpec
@@ -74,7 +74,7 @@ class Worker:
         auth = self.upstream.auth
         self.logins = None
         if auth is not None:
-            self.logins = LoginDesk(spec.id, auth, self.upstream.logged_in, self.upstream.login_failed)
+            self.logins = LoginDesk(spec.id, auth, self._logged_in, self.upstream.login_failed)
 
     @property
     def inflight(self) -> int:
@@ -106,6 +106,7 @@ class Worker:
             error=up.error,
             server_name=up.server_name,
             initialize=up.initialize_result,
+            login=up.awaiting_login,
         )
         return codec.calls.encode(msg, up.catalog)
 
@@ -145,6 +146,7 @@ class Worker:
             fatal=fatal,
             discoveries=up.discoveries,
             connect_seconds=up.connect_seconds,
+            waiting=up.waiting_for_secret and up.state is UpstreamState.ERROR,
         )
         self.control.send_multipart_nowait(codec.control.encode(report))
 
@@ -172,8 +174,8 @@ class Worker:
                     log.error("dropping an undecodable message from the frontend: %s", exc)
                     continue
                 match msg:
-                    case Request(method=method) if method == CALLBACK_METHOD:
-                        nursery.start_soon(self._oauth_callback, msg, payload)
+                    case Request(method=method) if method in LOGIN_METHODS:
+                        nursery.start_soon(self._account_request, msg, payload, nursery)
                     case Request():
                         if self._draining:
                             await self._fail(
@@ -230,18 +232,53 @@ class Worker:
                 raise LoginError("oauth_login needs a redirect_uri")
             return await logins.start(redirect_uri, nursery)
         if cmd.name == "oauth_logout":
-            logins.cancel()
-            self.upstream.logged_out()
-            return {"name": self.spec.id}
+            return self._log_out(by="operator")
         raise LoginError(f"unknown worker command {cmd.name[:40]!r}")
 
-    async def _oauth_callback(self, msg: Request, payload: bytes | None) -> None:
-        try:
-            params = _callback.decode(payload or b"{}")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            await self._fail(msg.id, ErrorCode.BAD_REQUEST, "the redirect's parameters are malformed")
+    def _log_out(self, *, by: str) -> dict[str, Any]:
+        auth = self.upstream.auth
+        connected = auth is not None and auth.has_tokens
+        if self.logins is not None:
+            self.logins.cancel()
+        self.upstream.logged_out()
+        self._account_event("logout", by, connected=connected)
+        return {"name": self.spec.id, "connected": connected}
+
+    def _logged_in(self) -> None:
+        self.upstream.logged_in()
+        self._account_event("login", "operator" if not self.logins or not self.logins.binding else "tenant")
+
+    def _account_event(self, event: str, by: str, **extra: Any) -> None:
+        """Tell the frontend an account was connected or disconnected, for the activity log (never a token)."""
+        params = _json_encode({"event": event, "by": by, **extra})
+        self._send_soon(codec.calls.encode(Notify(method=ACCOUNT_EVENT), params))
+
+    async def _account_request(self, msg: Request, payload: bytes | None, nursery: trio.Nursery) -> None:
+        """The frontend's login requests: a redirect, a tenant's own login or logout."""
+        if msg.method == CALLBACK_METHOD:
+            try:
+                params = _callback.decode(payload or b"{}")
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                await self._fail(msg.id, ErrorCode.BAD_REQUEST, "the redirect's parameters are malformed")
+                return
+            answer = {"mine": False} if self.logins is None else await self.logins.callback(params)
+        elif self.logins is None or not self.upstream.self_login:
+            # Only a tenant's own account is its to connect or disconnect; a shared one is the operator's.
+            await self._fail(msg.id, ErrorCode.FORBIDDEN, f"server '{self.upstream.server_label}': ask the operator")
             return
-        answer = {"mine": False} if self.logins is None else await self.logins.callback(params)
+        elif msg.method == LOGIN_METHOD:
+            try:
+                request = _login_request.decode(payload or b"{}")
+                answer = await self.logins.start(request.redirect_uri, nursery, binding=request.binding)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                await self._fail(msg.id, ErrorCode.BAD_REQUEST, "malformed login request")
+                return
+            except LoginError as exc:
+                await self._fail(msg.id, ErrorCode.SERVER_UNAVAILABLE, f"the login cannot start: {exc}")
+                return
+        else:
+            assert msg.method == LOGOUT_METHOD
+            answer = self._log_out(by="tenant")
         await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), _json_encode(answer)))
 
     def _busy_message(self) -> str:
@@ -403,6 +440,8 @@ class WorkerHooks(ClientHooks):
     async def notification(self, method: str, params: bytes) -> None:
         worker = self.worker
         request_id = 0
+        if method == ACCOUNT_EVENT:
+            return  # mcpvisor's own event: an upstream cannot write the activity log's logins
         if method == "notifications/progress":
             try:
                 token = _progress.decode(params).progressToken
@@ -455,7 +494,15 @@ class _ProgressParams(msgspec.Struct):
 
 
 _progress = msgspec.json.Decoder(_ProgressParams)
+
+
+class _LoginRequest(msgspec.Struct, kw_only=True):
+    redirect_uri: str  # mcpvisor's /oauth/callback, from the operator's settings
+    binding: str  # the hash of the cookie the tenant's login link sets
+
+
 _callback = msgspec.json.Decoder(CallbackParams)
+_login_request = msgspec.json.Decoder(_LoginRequest)
 _result_decoder = msgspec.json.Decoder(dict[str, Any])
 _json_encode = msgspec.json.encode
 

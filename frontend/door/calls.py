@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import warnings
 from typing import Any, Protocol
 
 import mcp_types as types
 import msgspec
+import trio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError, NoBackChannelError
 from mcp.shared.message import ServerMessageMetadata
@@ -102,6 +104,31 @@ class ClientCall:
                 await session.send_log_message(tagged.get("level", "info"), tagged.get("data"), logger=tagged["logger"])
             return True
         return False
+
+    async def open_url(self, message: str, url: str, timeout: float = 120.0) -> str | None:
+        """Ask the user to open `url` (URL-mode elicitation, MCP 2025-11-25): the user's action, or None.
+
+        Only a handshake-era client that declared URL mode is asked; any other, or one that does
+        not answer in time, gets nothing here (the caller's result carries the URL anyway).
+        """
+        if self.modern:
+            return None
+        capabilities = self.ctx.session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None or capabilities.elicitation.url is None:
+            return None
+        params = types.ElicitRequestURLParams(message=message, url=url, elicitation_id=secrets.token_urlsafe(16))
+        with trio.move_on_after(timeout):
+            try:
+                result = await self.ctx.session.send_request(
+                    types.ElicitRequest(params=params),
+                    types.ElicitResult,
+                    metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id),
+                )
+            except (MCPError, NoBackChannelError, ValidationError) as exc:
+                log.debug("the client did not take the URL elicitation: %s", exc)
+                return None
+            return result.action
+        return None
 
     async def ask(self, method: str, payload: bytes) -> bytes:
         """Put the upstream's question to this client and return its JSON answer; AskFailed if it cannot."""

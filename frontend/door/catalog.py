@@ -12,6 +12,7 @@ from typing import Any, Literal
 import msgspec
 from mcp.shared.uri_template import UriTemplate
 
+from mcpvisor.frontend.door.logins import login_tool
 from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.states import UpstreamState
 
@@ -41,10 +42,17 @@ class ServerView:
     # The upstream's initialize result (protocolVersion, capabilities, serverInfo, instructions).
     initialize: dict[str, Any] = field(default_factory=dict)
     initialize_raw: bytes = b""
+    # Waiting for this tenant to connect its own account: the one tool listed is `SERVER:login`.
+    login: bool = False
 
     @property
     def ready(self) -> bool:
         return self.alive and self.state is UpstreamState.READY
+
+    @property
+    def listed(self) -> bool:
+        """Clients see tools of it: the upstream's when ready, the login tool while it waits for one."""
+        return self.ready or (self.alive and self.login)
 
 
 def exposed_name(server: str, tool: str, style: Literal["colon", "underscore"]) -> str:
@@ -98,13 +106,16 @@ class Catalog:
         error: str,
         catalog: bytes | None,
         initialize: bytes = b"",
+        login: bool = False,
     ) -> bool:
         """Take in a worker's snapshot; True when what clients see changed."""
         view = self.view(server_id)
-        was_ready = view.ready
+        was_ready, was_login = view.ready, view.listed and view.login
+        login = login and state is UpstreamState.AUTHENTICATING
         # An upstream's error may echo what it was sent; no listing shows a credential.
         view.pid, view.catalog_seq, view.state, view.error = pid, catalog_seq, state, redact_secrets(error)
         view.alive, view.last_seen = True, time.monotonic()
+        view.login = login
         lists_changed = False
         if initialize and initialize != view.initialize_raw:
             try:
@@ -112,30 +123,32 @@ class Catalog:
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 log.error("worker %s sent an undecodable initialize result: %s", server_id, exc)
             view.initialize_raw = initialize
-        if catalog is not None and catalog != view.catalog_raw:
+        if catalog is not None and (catalog != view.catalog_raw or login != was_login):
             try:
                 data = _catalog_decoder.decode(catalog)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 log.error("worker %s sent an undecodable catalog: %s", server_id, exc)
                 data = {}
             view.catalog_raw = catalog
-            view.tools = data.get("tools", [])
-            view.resources = data.get("resources", [])
-            view.templates = data.get("resourceTemplates", [])
-            view.prompts = data.get("prompts", [])
+            # While it waits for the tenant's login its one tool is mcpvisor's own, not the upstream's.
+            view.tools = [login_tool(server_id.rpartition("/")[2])] if login else data.get("tools", [])
+            view.resources = data.get("resources", []) if not login else []
+            view.templates = data.get("resourceTemplates", []) if not login else []
+            view.prompts = data.get("prompts", []) if not login else []
             lists_changed = True
-        return self._changed(was_ready != view.ready or (view.ready and lists_changed))
+        now_login = view.listed and view.login
+        return self._changed(was_ready != view.ready or was_login != now_login or (view.listed and lists_changed))
 
     def mark_gone(self, server_id: str, reason: str) -> bool:
         """The worker died or stopped answering; True when what clients see changed."""
         view = self.servers.get(server_id)
         if view is None:
             return False
-        was_ready = view.ready
+        was_listed = view.listed
         view.alive = False
         view.error = reason
         view.catalog_seq = -1  # ask for a fresh snapshot when it comes back
-        return self._changed(was_ready)
+        return self._changed(was_listed)
 
     def remove(self, server_id: str) -> bool:
         view = self.servers.pop(server_id, None)
@@ -155,7 +168,7 @@ class Catalog:
         resources: dict[str, str] = {}
         for server_id in sorted(self.servers):
             view = self.servers[server_id]
-            if not view.ready:
+            if not view.listed:
                 continue
             for tool in view.tools:
                 if not isinstance(tool.get("name"), str):
@@ -199,6 +212,13 @@ class Catalog:
         for server_id in sorted(self.servers):
             view = self.servers[server_id]
             if view.ready and (allowed_set is None or server_id in allowed_set):
+                yield view
+
+    def listed_servers(self) -> Iterator[ServerView]:
+        """The servers whose tools clients see: ready ones, and those waiting for the tenant's login."""
+        for server_id in sorted(self.servers):
+            view = self.servers[server_id]
+            if view.listed:
                 yield view
 
     def resolve_tool(self, name: str) -> tuple[str, str] | None:

@@ -31,7 +31,7 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
-from mcpvisor.wire.oauth_store import CALLBACK_METHOD
+from mcpvisor.wire.oauth_store import ACCOUNT_EVENT, LOGIN_METHODS
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,9 @@ class TenantRouter:
         self.router.fail_worker(self.prefix + worker, reason)
 
 
+_decode_event = msgspec.json.Decoder(dict[str, Any])
+
+
 class Router:
     """Sends requests to workers by identity and matches replies to them."""
 
@@ -157,6 +160,8 @@ class Router:
         on_notification: Callable[[str, str, bytes], Awaitable[None]] | None = None,
     ) -> None:
         self._on_notification = on_notification or _ignore
+        # A worker's account was connected or disconnected: (worker, event) for the activity log.
+        self.on_account: Callable[[str, dict[str, Any]], None] | None = None
         self._nursery: trio.Nursery | None = None
         self.sock = sock
         self.catalog = catalog  # the catalog of workers without a tenant
@@ -186,8 +191,8 @@ class Router:
         """
         catalog, name = self.catalogs.locate(worker)
         view = catalog.servers.get(name)
-        # A login's redirect goes to a worker that is still waiting for it (authenticating).
-        if view is None or not (view.ready or (view.alive and method == CALLBACK_METHOD)):
+        # A login (its start, its redirect, a logout) goes to a worker that may be waiting for it.
+        if view is None or not (view.ready or (view.alive and method in LOGIN_METHODS)):
             raise WireError(ErrorCode.SERVER_UNAVAILABLE, catalog.describe_unavailable(name))
         if self._inflight[worker] >= self.max_inflight:
             raise WireError(
@@ -261,6 +266,14 @@ class Router:
                     await self._dispatch(frames)
 
     async def _notified(self, worker: str, msg: Notify, payload: bytes) -> None:
+        if msg.method == ACCOUNT_EVENT:
+            # mcpvisor's own event, never an upstream's: no client sees it.
+            if self.on_account is not None:
+                try:
+                    self.on_account(worker, _decode_event.decode(payload))
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    log.error("worker %s sent an undecodable account event", worker)
+            return
         pending = self._pending.get(msg.id) if msg.id else None
         if pending is not None:
             if msg.method == "notifications/progress" and pending.deadline is not None:
@@ -313,6 +326,7 @@ class Router:
                     error=msg.error,
                     catalog=payload,
                     initialize=msg.initialize,
+                    login=msg.login,
                 )
                 if changed:
                     self._on_catalog_change(worker)

@@ -22,6 +22,7 @@ import trio
 from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.catalog import Catalog, ServerView, exposed_name, split_name
 from mcpvisor.frontend.door.gatekeeper import Gate, approve_command
+from mcpvisor.frontend.door.logins import LOGIN_TOOL, LoginTickets, binding_of, login_answer, login_tool
 from mcpvisor.frontend.door.metrics import Metrics
 from mcpvisor.frontend.door.rounds import ROUND_METHODS, Rounds
 from mcpvisor.frontend.door.router import Router
@@ -38,8 +39,9 @@ from mcpvisor.frontend.gate.activity import (
     with_request_id,
 )
 from mcpvisor.frontend.tool_args import error_result
+from mcpvisor.wire import oauth_store
 from mcpvisor.wire.config import ServerConfig, Settings
-from mcpvisor.wire.errors import INVALID_PARAMS, WireError
+from mcpvisor.wire.errors import INVALID_PARAMS, ErrorCode, WireError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 INDEX_WAIT = 10.0
 
 UNAVAILABLE = -32000  # JSON-RPC server error: the server exists but cannot take the call now
+LOGIN_START_TIMEOUT = 45.0  # the worker discovers the authorization server and registers before it has a URL
 LOGGED_METHODS = frozenset({"resources/read", "prompts/get"})  # besides tools/call
 
 Kind = Literal["tool", "resource", "prompt"]
@@ -73,6 +76,10 @@ class UpstreamError(Exception):
         self.message = message
 
 
+class LoginRequired(UpstreamError):
+    """The upstream refused the tenant's token and it cannot be refreshed: the tenant logs in again."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolTarget:
     """One upstream tool, found by the name a client used."""
@@ -81,6 +88,7 @@ class ToolTarget:
     tool: str
     definition: dict[str, Any]
     quarantined: bool
+    login: bool = False  # the server waits for this tenant's login: calling it answers with the login link
 
     @property
     def name(self) -> str:
@@ -118,8 +126,10 @@ class Upstreams:
         metrics: Metrics | None = None,
         tenant: str = "",
         ranking: ServiceRanking | None = None,
+        logins: LoginTickets | None = None,
     ) -> None:
         self.tenant = tenant  # whose door this is ("": the servers without a tenant)
+        self.logins = logins  # the login links of every tenant (a tenant's own upstream logins)
         self.settings = settings
         self.servers = servers
         self.catalog = catalog
@@ -180,12 +190,16 @@ class Upstreams:
         return config is None or (config.enabled and not config.quarantined)
 
     def visible(self) -> list[ServerView]:
-        """The servers whose catalogs clients see: connected, enabled, not quarantined."""
-        return [view for view in self.catalog.ready_servers() if self.shown(view.id)]
+        """The servers whose catalogs clients see: connected (or waiting for the tenant's login), enabled,
+        not quarantined."""
+        return [view for view in self.catalog.listed_servers() if self.shown(view.id)]
 
     def tools(self) -> Iterator[tuple[ServerView, dict[str, Any]]]:
         """Every tool a client may see and call, as its server defines it (changed definitions withheld)."""
         for view in self.visible():
+            if view.login:
+                yield from ((view, tool) for tool in view.tools)  # mcpvisor's own login tool: nothing to pin
+                continue
             withheld = self.gate.withheld(view.id, view.tools)
             for tool in view.tools:
                 if tool.get("name") not in withheld:
@@ -220,7 +234,12 @@ class Upstreams:
             while self._unindexed:
                 await self._indexed.wait()
         views = {view.id: view for view in self.visible()}
-        withheld = {(server, tool) for server, view in views.items() for tool in self.gate.withheld(server, view.tools)}
+        withheld = {
+            (server, tool)
+            for server, view in views.items()
+            if not view.login
+            for tool in self.gate.withheld(server, view.tools)
+        }
         index, vector = self.index, None
         if self.ranking is not None:
             vector = await self.ranking.query_vector(query, views, fallback=self.index.status)
@@ -293,7 +312,7 @@ class Upstreams:
                 name = min(self._unindexed)
                 self._unindexed.discard(name)
                 view = self.catalog.servers.get(name)
-                if view is not None and view.ready:
+                if view is not None and view.listed:
                     prepared = await trio.to_thread.run_sync(self.index.prepare, name, list(view.tools))
                     if name not in self._unindexed:  # else a newer change of it is queued: take that one
                         self.index.apply(prepared)
@@ -326,6 +345,9 @@ class Upstreams:
         if config is not None and not config.enabled:
             reason = f"is unavailable: server '{server}' is disabled"
             raise NotFound("tool", name, reason, code=UNAVAILABLE, unknown=False)
+        if view is not None and view.listed and view.login:
+            # Any tool of a server waiting for the tenant's login answers with the login link.
+            return ToolTarget(server, tool, login_tool(server), quarantined=False, login=True)
         if view is None or not view.ready:
             reason = f"is unavailable: {self.catalog.describe_unavailable(server)}"
             raise NotFound("tool", name, reason, code=UNAVAILABLE, unknown=False)
@@ -388,8 +410,49 @@ class Upstreams:
                 return await self.rounds.forward(send, server, method, params, call)
             return await self.router.request(server, method, params, timeout, call, activity_id=activity_id)
         except WireError as exc:
+            if exc.code is ErrorCode.LOGIN_REQUIRED:
+                raise LoginRequired(exc.jsonrpc_code, exc.message) from None
             # Name what was called ("Tool 'github:create_issue': ..."), not only the server.
             raise UpstreamError(exc.jsonrpc_code, f"{what}: {exc.message}" if what else exc.message) from None
+
+    # -- a tenant's own upstream accounts --------------------------------------------------------
+
+    async def connect_account(self, server: str, call: ClientCall | None, *, tool: str = "") -> dict[str, Any]:
+        """Start this tenant's login to `server`: the tool result with a single-use link to open.
+
+        A client that declared URL-mode elicitation is also asked to open the link (MCP 2025-11-25).
+        """
+        if self.logins is None or not self.tenant:
+            return error_result(f"Server '{server}' needs a login by the operator: `mcpvisor ctl login {server}`")
+        settings = self.settings
+        secret = self.logins.new_secret()
+        params = {
+            "redirect_uri": oauth_store.redirect_uri(settings.listen, settings.public_url),
+            "binding": binding_of(secret),
+        }
+        try:
+            raw = await self.router.request(server, oauth_store.LOGIN_METHOD, params, LOGIN_START_TIMEOUT)
+        except WireError as exc:
+            return error_result(f"Server '{server}': {exc.message}")
+        answer = msgspec.json.decode(raw, type=dict[str, Any])
+        url = answer.get("url")
+        if not isinstance(url, str) or not url:
+            return {
+                "content": [{"type": "text", "text": f"Your {server} account is connected: its tools are listed now."}]
+            }
+        ticket = self.logins.issue(self.worker_id(server), server, self.tenant, url, secret)
+        link = oauth_store.base_url(settings.listen, settings.public_url) + oauth_store.START_PATH + ticket
+        if call is not None:
+            await call.open_url(f"Connect your {server} account (for {self.tenant}) to use its tools.", link)
+        return login_answer(server, self.tenant, link, self.logins.ttl, tool=tool)
+
+    async def disconnect_account(self, server: str) -> dict[str, Any]:
+        """Forget this tenant's tokens for `server`; it waits for the tenant's login again."""
+        try:
+            raw = await self.router.request(server, oauth_store.LOGOUT_METHOD, {}, LOGIN_START_TIMEOUT)
+        except WireError as exc:
+            raise UpstreamError(exc.jsonrpc_code, f"Server '{server}': {exc.message}") from None
+        return msgspec.json.decode(raw, type=dict[str, Any])
 
     async def call_tool(
         self,
@@ -435,6 +498,9 @@ class Upstreams:
             if self.metrics is not None:
                 self.metrics.call_done(self.worker_id(target.server), via, outcome, duration)
 
+        if target.login:
+            other = "" if target.tool == LOGIN_TOOL else target.tool
+            raise Refused(await self.connect_account(target.server, call, tool=other))
         refusal = self.gate.refusal(target, self.catalog)
         if refusal is None and target.destructive and not destructive:
             refusal = error_result(
@@ -454,6 +520,10 @@ class Upstreams:
             result = await self.request(
                 target.server, "tools/call", params, call, what=f"Tool '{target.name}'", activity_id=request_id
             )
+        except LoginRequired:
+            record("error")
+            # Never a bare failure: the same answer as the login tool's, the link to log in again.
+            raise Refused(await self.connect_account(target.server, call, tool=target.tool)) from None
         except UpstreamError:
             record("error")
             raise

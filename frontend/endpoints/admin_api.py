@@ -252,6 +252,13 @@ ROUTES: Final = (
     Route("GET", "/tokens", "list_tokens", "Access tokens (never the token itself)"),
     Route("POST", "/tokens", "add_token", "Create a token; the answer is the only time it is shown", body="NewToken"),
     Route("DELETE", "/tokens/{id}", "revoke_token", "Revoke a token"),
+    Route("GET", "/accounts", "accounts", "Upstream logins kept: worker, tenant, server, expiry (never a token)"),
+    Route(
+        "DELETE",
+        "/accounts/{tenant}/{server}",
+        "revoke_account",
+        "Disconnect a tenant's upstream account (its tokens are forgotten; it logs in again)",
+    ),
 )
 
 
@@ -581,6 +588,12 @@ class AdminApi:
         if self.tokens is None:
             raise ApiError(404, "this mcpvisor keeps no tokens")
         return self.tokens
+
+    async def accounts(self, **_: Any) -> tuple[int, Any]:
+        return 200, {"accounts": await self.control.call("logins")}
+
+    async def revoke_account(self, *, tenant: str, server: str, **_: Any) -> tuple[int, Any]:
+        return 200, await self.control.call("logout", [f"{tenant}/{server}"])
 
     async def list_tokens(self, **_: Any) -> tuple[int, Any]:
         return 200, {"tokens": [info.as_row() for info in await self._token_store().alist()]}

@@ -19,11 +19,12 @@ from mcpvisor.frontend.endpoints.boundary import Boundary, replay
 from mcpvisor.frontend.endpoints.direct import shortcuts_of
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
-from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback
+from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback, serve_oauth_start
 from mcpvisor.frontend.endpoints.oauth_resource import ResourceMetadata
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
 from mcpvisor.frontend.endpoints.session_path import ShortPaths
+from mcpvisor.wire.oauth_store import START_PATH
 from mcpvisor.wire.trust import is_loopback
 
 if TYPE_CHECKING:
@@ -195,6 +196,10 @@ class Gateway:
             return
         if path == OAUTH_CALLBACK:
             return await serve_oauth_callback(self.stacks.shared.router, self.stacks.shared.servers, scope, send)
+        if path.startswith(START_PATH):
+            settings = self.stacks.shared.settings
+            secure = (settings.public_url or "").startswith("https://")
+            return await serve_oauth_start(self.stacks.shared.logins, scope, send, secure=secure)
         if path == "/metrics" and self.metrics is not None:
             if principal is None or not principal.admin:
                 await _send_json(send, 403, {"error": "forbidden", "message": "metrics are for operators"})

@@ -58,7 +58,7 @@ class InvalidToken(Exception):
 # Paths anyone may reach when clients authenticate: the discovery document a client needs to find
 # out how to get a token, the redirect of an operator's upstream login, and the liveness probe
 # (which then says no more than "ok").
-PUBLIC_PATHS: Final = ("/.well-known/oauth-protected-resource", "/oauth/callback", "/healthz")
+PUBLIC_PATHS: Final = ("/.well-known/oauth-protected-resource", "/oauth/callback", "/oauth/start/", "/healthz")
 
 JwtCheck = Callable[[str], Awaitable[Principal]]  # raises InvalidToken
 

@@ -1,10 +1,13 @@
-"""`/oauth/callback`: where an upstream's authorization server sends the operator's browser back.
+"""`/oauth/start/TICKET` and `/oauth/callback`: a browser's way through an upstream login.
 
-The redirect carries a code and the `state` of the authorization URL that `mcpvisor ctl login`
-printed. The frontend does not know which worker started that login, so it asks every running
-worker of a remote server; only the one holding that `state` (unguessable, compared in constant
-time) takes the code and exchanges it. Nothing here can start a login, and the page shown says
-only whether the login completed.
+A tenant's login link (the `SERVER:login` tool's) is `/oauth/start/TICKET`: opened once, within
+minutes, it sets a cookie bound to that login and redirects to the authorization server (see
+frontend/door/logins.py). The redirect back carries a code and the `state` of the authorization
+URL (the tenant's, or the one `mcpvisor ctl login` printed). The frontend does not know which
+worker started that login, so it asks every running worker of a remote server; only the one
+holding that `state` (unguessable, compared in constant time) takes the code and exchanges it, and
+a tenant's login only with the cookie of its link. Nothing here can start a login, and the page
+says only which server was connected for which tenant, or that it was not.
 """
 
 from __future__ import annotations
@@ -18,17 +21,26 @@ from urllib.parse import parse_qs
 import msgspec
 import trio
 
+from mcpvisor.frontend.door.logins import (
+    COOKIE_PREFIX,
+    LinkRefused,
+    LoginTickets,
+    binding_of,
+    cookie_name,
+    state_of,
+)
 from mcpvisor.frontend.door.router import Router
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import WireError
-from mcpvisor.wire.oauth_store import CALLBACK_METHOD
+from mcpvisor.wire.oauth_store import CALLBACK_METHOD, CALLBACK_PATH, START_PATH
 
 log = logging.getLogger(__name__)
 
-PATH = "/oauth/callback"
+PATH = CALLBACK_PATH
 ANSWER_TIMEOUT = 45.0  # the owner exchanges the code for tokens before it answers
 _FIELDS = ("state", "code", "iss", "error", "error_description")
 _MAX_VALUE = 4096
+LOGIN_COOKIE_AGE = 600.0  # as long as the worker waits for the redirect (workers/oauth_login.py)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -42,6 +54,9 @@ async def serve_oauth_callback(
     if scope.get("method") != "GET" or not params.get("state") or not (params.get("code") or params.get("error")):
         await _page(send, 400, "Not a login redirect", "This address receives the redirect of an upstream login.")
         return
+    # The cookie a tenant's login link set in this browser, as a hash: the worker compares it.
+    cookie = _cookies(scope).get(cookie_name(params["state"]), "")
+    params["binding"] = binding_of(cookie) if cookie else ""
     candidates = [
         worker
         for worker, view in router.catalogs.workers()
@@ -70,15 +85,56 @@ async def serve_oauth_callback(
             send,
             400,
             "No login is waiting for this answer",
-            "It may have expired or completed already. Run `mcpvisor ctl login NAME` again.",
+            "It may have expired or completed already. Start the login again.",
         )
         return
     answer = answers[0]
-    name = str(answer.get("name", ""))
+    tenant, _, server = str(answer.get("name", "")).rpartition("/")
     if answer.get("ok"):
-        await _page(send, 200, f"Logged in to {name}", "You can close this window; mcpvisor connects to it now.")
+        if tenant:
+            await _page(send, 200, f"Your {server} account is connected for {tenant}", "You can close this window.")
+        else:
+            await _page(send, 200, f"Logged in to {server}", "You can close this window; mcpvisor connects to it now.")
     else:
-        await _page(send, 400, f"The login to {name} failed", str(answer.get("error", "")))
+        await _page(send, 400, f"The login to {server} failed", str(answer.get("error", "")))
+
+
+async def serve_oauth_start(logins: LoginTickets, scope: dict[str, Any], send: Send, *, secure: bool) -> None:
+    """Open a tenant's login link once: bind this browser to the login, then go to the authorization server."""
+    ticket_id = scope.get("path", "")[len(START_PATH) :]
+    try:
+        if scope.get("method") != "GET" or not ticket_id:
+            raise LinkRefused("This address opens the login links mcpvisor hands out.")
+        ticket = logins.redeem(ticket_id)
+    except LinkRefused as exc:
+        await _page(send, 400, "This login link cannot be used", str(exc))
+        return
+    cookie = (
+        f"{cookie_name(state_of(ticket.authorization_url))}={ticket.secret}; Path={CALLBACK_PATH}; "
+        f"Max-Age={int(LOGIN_COOKIE_AGE)}; HttpOnly; SameSite=Lax" + ("; Secure" if secure else "")
+    )
+    headers = [
+        (b"location", ticket.authorization_url.encode()),
+        (b"set-cookie", cookie.encode()),
+        (b"content-length", b"0"),
+        (b"cache-control", b"no-store"),
+        (b"referrer-policy", b"no-referrer"),
+    ]
+    log.info("login link of %s/%s opened", ticket.tenant, ticket.server)
+    await send({"type": "http.response.start", "status": 302, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _cookies(scope: dict[str, Any]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in scope.get("headers", []):
+        if key.lower() != b"cookie":
+            continue
+        for part in value.decode("latin-1").split(";"):
+            name, sep, text = part.strip().partition("=")
+            if sep and name.startswith(COOKIE_PREFIX):
+                found.setdefault(name, text[:_MAX_VALUE])
+    return found
 
 
 async def _page(send: Send, status: int, title: str, text: str) -> None:

@@ -27,6 +27,7 @@ from mcpvisor.wire.operator import (
     Decision,
     Finding,
     Inspection,
+    Noted,
     OperatorResult,
     Pending,
     PendingServer,
@@ -61,8 +62,10 @@ class Operator:
         approvals: ToolApprovals,
         control: ControlClient,
         changed: Callable[[str], None],
+        accounts: Callable[[str, Mapping[str, Any]], None] | None = None,
     ) -> None:
         self._servers = servers  # a getter: the table changes with every ConfigChanged
+        self._accounts = accounts  # records an upstream login or logout in the activity log
         self.catalog = catalog
         self.approvals = approvals
         self.control = control
@@ -91,6 +94,10 @@ class Operator:
             return await self.inspect(request.name)
         if request.action == "approve":
             return await self.approve(request.name, request.tools)
+        if request.action == "account":
+            if self._accounts is not None and request.tools:
+                self._accounts(request.name, {"event": request.tools[0], "by": "operator"})
+            return Noted()
         return await self.block(request.name, request.tools)
 
     # -- questions -------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from mcpvisor.wire.state_db import STORE_ERRORS
 log = logging.getLogger(__name__)
 
 Outcome = Literal["ok", "error", "blocked"]
-Kind = Literal["tool", "resource", "prompt"]
+Kind = Literal["tool", "resource", "prompt", "account"]
 
 META_KEY: Final = "io.mcpvisor/requestId"
 PRUNE_EVERY: Final = 60.0  # seconds between retention passes
@@ -154,6 +154,24 @@ class ActivityLog:
         self.record_arguments = record_arguments
         self.retention_days = retention_days
         self.max_rows = max_rows
+
+    def record_account(self, worker: str, event: Mapping[str, Any]) -> None:
+        """A worker's upstream account was connected (`login`) or disconnected (`logout`): never a token."""
+        what, by = event.get("event"), event.get("by")
+        if what not in ("login", "logout") or by not in ("tenant", "operator"):
+            return
+        tenant, _, server = worker.rpartition("/")
+        self.record(
+            server=server,
+            tool=what,
+            variant=by,
+            intent=None,
+            outcome="ok",
+            duration=0.0,
+            request_id=new_request_id(),
+            kind="account",
+            tenant=tenant,
+        )
 
     def record(
         self,

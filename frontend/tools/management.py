@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.control import ControlClient, ControlError
-from mcpvisor.frontend.door.upstreams import Upstreams
+from mcpvisor.frontend.door.upstreams import UpstreamError, Upstreams
 from mcpvisor.frontend.tool_args import (
     ToolInputError,
     check_parameters,
@@ -35,7 +36,19 @@ from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.secrets import redact_table
 
 UPSTREAM_TOOL_NAME: Final = "upstream_servers"
-OPERATIONS: Final = ("list", "add", "remove", "update", "patch", "enable", "disable", "restart", "tail_log")
+OPERATIONS: Final = (
+    "list",
+    "add",
+    "remove",
+    "update",
+    "patch",
+    "enable",
+    "disable",
+    "restart",
+    "tail_log",
+    "login",
+    "logout",
+)
 DEFAULT_LINES: Final = 50
 MAX_LINES: Final = 1000
 
@@ -65,6 +78,8 @@ _ALLOWED: Final[dict[str, tuple[str, ...]]] = {
     "disable": (),
     "restart": (),
     "tail_log": ("lines",),
+    "login": (),
+    "logout": (),
 }
 
 UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
@@ -80,6 +95,8 @@ UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
         "once; any other is proposed.\n"
         "- remove, enable, disable: propose it for server `name`. restart: restart it now.\n"
         "- tail_log: the last `lines` lines of the server's log.\n"
+        "- login: connect your own account to server `name` (a link to open in a browser); logout: "
+        "disconnect it (its tokens are forgotten).\n"
         "A proposal is pending: nothing runs, connects or changes until an operator approves it with "
         "`mcpvisor ctl approve NAME`; `list` shows what is pending. Secret references (${env:...}, "
         "${file:...}) are refused: only the operator may write them, in the config file.\n"
@@ -159,6 +176,10 @@ class UpstreamServers:
             self._known(name)
             lines = get_integer(arguments, "lines", default=DEFAULT_LINES, minimum=1, maximum=MAX_LINES)
             return await self._control(operation, name, "tail", [name, "--lines", str(lines)])
+        if operation in ("login", "logout"):
+            # The tenant's own account at the upstream: not a change of what runs, never a proposal.
+            self._known(name)
+            return await self._account(operation, name, ctx)
         self._refuse_when_off(operation)
         if operation == "add":
             return await self._add(name, arguments)
@@ -190,6 +211,9 @@ class UpstreamServers:
             }
             if view is not None and view.error and state != "ready":
                 entry["error"] = redact_secrets(view.error)
+            if view is not None and view.alive and view.login:
+                entry["state"] = "waiting for your login"
+                entry["login"] = f"connect your account with the tool `{name}:login` (or operation 'login')"
             if config is not None:
                 entry["transport"] = config.kind
                 if config.command is not None:
@@ -259,6 +283,23 @@ class UpstreamServers:
             "under 'pending'. Do not retry: a new proposal for the same server replaces this one."
         )
         return json_result(result)
+
+    async def _account(self, operation: str, name: str, ctx: Any) -> dict[str, Any]:
+        upstreams = self.upstreams
+        if not upstreams.tenant:
+            raise ToolInputError(
+                f"Server '{name}': an operator logs in with `mcpvisor ctl login {name}` and out with `ctl logout`"
+            )
+        if operation == "login":
+            call = ClientCall(ctx, name) if ctx is not None else None
+            return await upstreams.connect_account(name, call)
+        try:
+            result = await upstreams.disconnect_account(name)
+        except UpstreamError as exc:
+            return error_result(f"{UPSTREAM_TOOL_NAME} logout '{name}' failed: {exc.message}")
+        was = "was disconnected" if result.get("connected") else "was not connected"
+        message = f"Your {name} account {was}; its tokens are forgotten. Connect it again with `{name}:login`."
+        return json_result({"name": name, "operation": operation, "message": message})
 
     def _refuse_when_off(self, operation: str) -> None:
         if self.upstreams.settings.client_server_changes == "off":

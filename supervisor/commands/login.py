@@ -1,29 +1,19 @@
-"""`login NAME` and `logout NAME`: an operator's OAuth login to a remote upstream."""
+"""`login NAME`, `logout NAME` and `logins`: the OAuth logins to remote upstreams, as the operator sees them."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import TYPE_CHECKING, Any
 
-from mcpvisor.supervisor.commands import CommandError, Name, command
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, Args, CommandError, Name, command
 from mcpvisor.wire import oauth_store
-from mcpvisor.wire.config import parse_listen
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.process import Program
     from mcpvisor.supervisor.supervisor import Supervisor
 
-CALLBACK_PATH = "/oauth/callback"
 LOGIN_ANSWER_TIMEOUT = 45.0  # discovery and registration happen before the worker has a URL
-
-
-def redirect_uri(listen: str) -> str:
-    """The redirect URI at mcpvisor's own listener (a wildcard address is reached on loopback)."""
-    host, port = parse_listen(listen)
-    if host in ("0.0.0.0", ""):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}{CALLBACK_PATH}"
 
 
 def _worker(sup: Supervisor, name: str) -> Program:
@@ -52,7 +42,8 @@ async def login(sup: Supervisor, args: Name) -> dict[str, Any]:
     TENANT/SERVER and logs in on its own. Exits 4 for an unknown server.
     """
     program = _worker(sup, args.name)
-    uri = redirect_uri(sup.config.mcpvisor.listen)
+    settings = sup.config.mcpvisor
+    uri = oauth_store.redirect_uri(settings.listen, settings.public_url)
     return await sup.ask_worker(program, "oauth_login", {"redirect_uri": uri}, timeout=LOGIN_ANSWER_TIMEOUT)
 
 
@@ -60,11 +51,50 @@ async def login(sup: Supervisor, args: Name) -> dict[str, Any]:
 async def logout(sup: Supervisor, args: Name) -> dict[str, Any]:
     """Forget a remote server's tokens; it waits in `authenticating` for the next `login`.
 
-    Exits 4 for an unknown server.
+    TENANT/SERVER disconnects that tenant's own account (the tenant logs in again with the
+    server's login tool). Exits 4 for an unknown server.
     """
-    if args.name != "frontend" and args.name in sup.config.servers and not sup.config.servers[args.name].enabled:
-        # No worker runs it: forget the stored tokens directly.
-        oauth_store.remove(oauth_store.token_path(sup.data_dir, args.name))
-        return {"name": args.name}
-    program = _worker(sup, args.name)
+    tenant, _, server = args.name.rpartition("/")
+    config = sup.config.servers.get(server)
+    if config is None or (
+        tenant and (tenant not in sup.config.tenants or server not in sup.config.tenants[tenant].servers)
+    ):
+        raise CommandError(f"{args.name}: no such server", EXIT_UNKNOWN)
+    if tenant and config.oauth is not None and config.oauth.shared:
+        raise CommandError(f"{args.name}: its login is shared by every tenant: `mcpvisor ctl logout {server}`")
+    program = sup.programs.get(f"worker:{args.name}")
+    if program is None or program.pid is None or not config.enabled:
+        # No worker runs it (disabled, or a tenant's idle one): forget the stored tokens directly.
+        had = oauth_store.remove(oauth_store.token_path(sup.data_dir, args.name))
+        if had:
+            with contextlib.suppress(CommandError):  # the activity log is the frontend's; it may be down
+                await sup.ask_frontend("account", args.name, ["logout"])
+        return {"name": args.name, "connected": had}
     return await sup.ask_worker(program, "oauth_logout")
+
+
+def render_logins(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no upstream logins kept"
+    lines = []
+    for row in rows:
+        expires = row.get("expires")
+        left = f"token expires in {max(0, round((expires - time.time()) / 60))} min" if expires else "no expiry known"
+        lines.append(f"{row['name']:<32} {left}{' (shared by every tenant)' if row.get('shared') else ''}")
+    return "\n".join(lines)
+
+
+@command("logins", args=Args, usage="logins", render=render_logins)
+async def logins(sup: Supervisor, args: Args) -> list[dict[str, Any]]:
+    """The upstream logins kept (the operator's and each tenant's own): never a token.
+
+    Each row names the worker (SERVER or TENANT/SERVER) and when its access token expires;
+    `mcpvisor ctl logout NAME` disconnects one.
+    """
+    rows = []
+    for worker, expires in oauth_store.logins(sup.data_dir):
+        tenant, _, server = worker.rpartition("/")
+        config = sup.config.servers.get(server)
+        shared = not tenant and config is not None and config.oauth is not None and config.oauth.shared
+        rows.append({"name": worker, "tenant": tenant, "server": server, "expires": expires, "shared": shared})
+    return rows

@@ -300,10 +300,11 @@ async def test_a_tenants_worker_logs_in_for_its_own_session(tmp_path: Path) -> N
         async with acme() as client:
             await client.list_tools()  # the tenant's first request starts its worker
         row = await upstream_state(stack, "acme/remote", "authenticating")
-        assert "run `mcpvisor ctl login acme/remote`" in row["error"], row
+        # The tenant connects its own account (tests/e2e/test_tenant_logins.py); an operator still may.
+        assert "connect your account with the tool `remote:login`" in row["error"], row
 
         page = await log_in(stack, "acme/remote")
-        assert "Logged in to acme/remote" in page
+        assert "Your remote account is connected for acme" in page
         await upstream_state(stack, "acme/remote", "ready")
         stored = oauth_store.token_path(stack.data_dir, "acme/remote")
         assert stored.name == "acme%2Fremote.json" and oauth_store.load(stored).tokens is not None

@@ -6,10 +6,12 @@
   with `code`, `state` and `iss` (RFC 9207), and a token endpoint that checks PKCE (S256), the
   redirect URI and the `resource` (RFC 8707), and rotates refresh tokens. `/admin/revoke` revokes
   every token (a user withdrawing consent), `/admin/revoke?only=access` the access tokens only;
-  `/admin/stats` counts what happened.
+  `/admin/stats` counts what happened. The person logged in at the authorization server is the
+  browser's `user` cookie (default `someone`); each grant is that person's.
 - on P, the echo tools of echo_server.py at /mcp (or legacy SSE at /sse with `--sse`) behind bearer tokens of that server, with its
   protected resource metadata (RFC 9728) and 401s that point at it. `write_note` needs the
-  `notes:write` scope: without it the call gets 403 insufficient_scope (a step-up).
+  `notes:write` scope: without it the call gets 403 insufficient_scope (a step-up). `whoami`
+  answers with the person whose token the call carried.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Grant:
     scope: str
     resource: str
     expires_at: float = 0.0
+    user: str = "someone"
 
 
 @dataclass
@@ -108,7 +111,9 @@ def authorization_server(state: State) -> Starlette:
             return _error(400, "invalid_target", f"resource must be {state.resource}")
         state.stats["authorizations"] += 1
         code = secrets.token_urlsafe(24)
-        grant = Grant(q["client_id"], q.get("scope", READ_SCOPE), q["resource"])
+        grant = Grant(
+            q["client_id"], q.get("scope", READ_SCOPE), q["resource"], user=request.cookies.get("user", "someone")
+        )
         state.codes[code] = (grant, q["code_challenge"], q["redirect_uri"])
         back = {"code": code, "state": q.get("state", ""), "iss": state.issuer}
         return RedirectResponse(f"{q['redirect_uri']}?{urlencode(back)}", status_code=302)
@@ -140,7 +145,7 @@ def authorization_server(state: State) -> Starlette:
 
     def _issue(grant: Grant) -> Response:
         access, refresh = f"at-{secrets.token_urlsafe(24)}", f"rt-{secrets.token_urlsafe(24)}"
-        issued = Grant(grant.client_id, grant.scope, grant.resource, time.time() + state.access_ttl)
+        issued = Grant(grant.client_id, grant.scope, grant.resource, time.time() + state.access_ttl, grant.user)
         state.access[access] = issued
         state.refresh[refresh] = issued
         return JSONResponse(
@@ -215,7 +220,7 @@ class ProtectedResource:
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
-        body = b"".join(chunks)
+        body = _as_user(b"".join(chunks), grant.user)
         if WRITE_SCOPE not in grant.scope.split() and _calls_tool(body, "write_note"):
             challenge = (
                 f'Bearer resource_metadata="{self.metadata_url}", scope="{READ_SCOPE} {WRITE_SCOPE}", '
@@ -249,6 +254,15 @@ def _calls_tool(body: bytes, name: str) -> bool:
     )
 
 
+def _as_user(body: bytes, user: str) -> bytes:
+    """A call of `whoami` gets the token's owner as its argument, whatever the caller sent."""
+    if not _calls_tool(body, "whoami"):
+        return body
+    message = json.loads(body)
+    message["params"]["arguments"] = {"user": user}
+    return json.dumps(message).encode()
+
+
 def _with_header(send: Any, challenge: str) -> Any:
     async def sending(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
@@ -267,6 +281,10 @@ async def serve(port: int, as_port: int, access_ttl: int, sse: bool) -> None:
     @server.tool(description="Write a note (needs the notes:write scope).")
     def write_note(text: str) -> str:
         return f"noted: {text}"
+
+    @server.tool(description="Who the call's token belongs to at this server.")
+    def whoami(user: str = "") -> str:
+        return f"you are {user}"
 
     app = server.sse_app() if sse else server.streamable_http_app()
     resource = ProtectedResource(app, state, base, path)
