@@ -211,6 +211,9 @@ class Stack:
         await self.app.servers.on_upstream_notification(server, method, payload)
 
     def config_changed(self) -> None:
+        if self.shared.on_demand:
+            # A server added to this tenant starts with its next request (starting is idempotent).
+            self._pool_running = False
         self.upstreams.apply_config(self.shared.servers_of(self.tenant))
         self.upstreams.reindex()
         self.clients.changed()

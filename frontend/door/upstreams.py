@@ -345,7 +345,7 @@ class Upstreams:
         if config is not None and not config.enabled:
             reason = f"is unavailable: server '{server}' is disabled"
             raise NotFound("tool", name, reason, code=UNAVAILABLE, unknown=False)
-        if view is not None and view.listed and view.login:
+        if view is not None and view.listed and view.login and not (config is not None and config.quarantined):
             # Any tool of a server waiting for the tenant's login answers with the login link.
             return ToolTarget(server, tool, login_tool(server), quarantined=False, login=True)
         if view is None or not view.ready:

@@ -11,6 +11,11 @@ retry.
 
 Each scenario is one test; a check with status FAILURE fails it (warnings do not). Scenarios that
 cannot pass through mcpvisor say why in CANNOT_PASS.
+
+TENANT_SCENARIOS run a second time with the login driven by a tenant's own MCP client instead of
+`ctl`: the tenant finds the upstream's `NAME:login` tool, calls it, opens the single-use link it
+answers with (which binds the browser, then goes on to the authorization server), and calls the
+first tool once its tools are listed; a refusal for more scope answers with a new link.
 """
 
 from __future__ import annotations
@@ -74,6 +79,24 @@ FORCED_VERSION = {"auth/authorization-server-migration": "2025-11-25"}
 # The client metadata document the suite's mock authorization server expects (it does not fetch it).
 CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 SERVER = "conf"
+TENANT = "acme"
+# The scenarios a tenant's own client drives as well: discovery variants, registration by metadata
+# document, dynamic and pre-registered clients, each token endpoint authentication, step-up, the
+# issuer and resource checks.
+TENANT_SCENARIOS = (
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-step-up",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/pre-registration",
+    "auth/2025-03-26-oauth-metadata-backcompat",
+    "auth/resource-mismatch",
+    "auth/iss-supported",
+    "auth/iss-wrong-issuer",
+)
 _RESULT_DIR = re.compile(r"^(?P<scenario>auth-.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$")
 
 
@@ -93,6 +116,7 @@ class Gateway:
     port: int
     name: str
     data: Path
+    tenant_token: str = ""  # set when a tenant's client drives the login
 
 
 def _ctl(gateway: Gateway, *args: str) -> tuple[int, Any]:
@@ -190,8 +214,11 @@ def _oauth(context: dict[str, Any], work: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def _own_gateway(server: dict[str, Any] | None) -> Iterator[Gateway]:
-    """A new mcpvisor with the upstream as its one server (None: no server yet), stopped afterwards."""
+def _own_gateway(server: dict[str, Any] | None, *, tenant_token: str = "") -> Iterator[Gateway]:
+    """A new mcpvisor with the upstream as its one server (None: no server yet), stopped afterwards.
+
+    With `tenant_token`, tenant `acme` holds that token and no server yet (scenarios add theirs).
+    """
     import tomli_w
 
     from mcpvisor.wire.endpoints import Endpoints
@@ -204,7 +231,11 @@ def _own_gateway(server: dict[str, Any] | None) -> Iterator[Gateway]:
     env.pop("RUNTIME_DIRECTORY", None)
     config = work / "mcpvisor.toml"
     settings = {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(work / "data")}
-    config.write_text(tomli_w.dumps({"mcpvisor": settings, "servers": {SERVER: server} if server else {}}))
+    document: dict[str, Any] = {"mcpvisor": settings, "servers": {SERVER: server} if server else {}}
+    if tenant_token:
+        (work / "tenant.token").write_text(tenant_token)
+        document["tenants"] = {TENANT: {"servers": [], "token_files": [str(work / "tenant.token")]}}
+    config.write_text(tomli_w.dumps(document))
     with open(work / "supervisor.out", "wb") as out:
         supervisor = subprocess.Popen(
             [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config)],
@@ -214,7 +245,8 @@ def _own_gateway(server: dict[str, Any] | None) -> Iterator[Gateway]:
             start_new_session=True,
         )
     try:
-        yield Gateway(config, env, Endpoints.in_dir(run_dir / "mcpvisor").control, port, SERVER, work / "data")
+        control = Endpoints.in_dir(run_dir / "mcpvisor").control
+        yield Gateway(config, env, control, port, SERVER, work / "data", tenant_token)
     finally:
         supervisor.send_signal(signal.SIGTERM)
         try:
@@ -227,7 +259,7 @@ def _own_gateway(server: dict[str, Any] | None) -> Iterator[Gateway]:
 
 
 def _edit_servers(config: Path, control: str, change: Any) -> None:
-    """Change the shared config's [servers] under a lock (scenarios run at once) and `update`."""
+    """Change the shared config under a lock (scenarios run at once) and `update`."""
     import fcntl
     import tomllib
 
@@ -236,7 +268,7 @@ def _edit_servers(config: Path, control: str, change: Any) -> None:
     with open(config.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         document = tomllib.loads(config.read_text())
-        change(document.setdefault("servers", {}))
+        change(document)
         config.write_text(tomli_w.dumps(document))
         result = _ask(control, "update")
         print(f"update: {result}", file=sys.stderr)
@@ -247,12 +279,24 @@ def _shared_gateway(shared: dict[str, Any], server: dict[str, Any]) -> Iterator[
     """The fixture's mcpvisor, with the upstream added as `conf<pid>` for the scenario's length."""
     config = Path(shared["config"])
     name = f"{SERVER}{os.getpid()}"
-    _edit_servers(config, shared["control"], lambda servers: servers.__setitem__(name, server))
+    token = shared.get("tenant_token", "")
+
+    def add(document: dict[str, Any]) -> None:
+        document.setdefault("servers", {})[name] = server
+        if token:
+            document["tenants"][TENANT]["servers"].append(name)
+
+    def remove(document: dict[str, Any]) -> None:
+        if token:
+            document["tenants"][TENANT]["servers"].remove(name)
+        document.setdefault("servers", {}).pop(name, None)
+
+    _edit_servers(config, shared["control"], add)
     try:
         env = {**os.environ, "MCPVISOR_CONTROL": shared["control"]}
-        yield Gateway(config, env, shared["control"], shared["port"], name, Path(shared["data"]))
+        yield Gateway(config, env, shared["control"], shared["port"], name, Path(shared["data"]), token)
     finally:
-        _edit_servers(config, shared["control"], lambda servers: servers.pop(name, None))
+        _edit_servers(config, shared["control"], remove)
 
 
 def run_client(server_url: str) -> int:
@@ -263,9 +307,10 @@ def run_client(server_url: str) -> int:
     shared = json.loads(os.environ[SHARED_ENV]) if os.environ.get(SHARED_ENV) else None
     with _shared_gateway(shared, server) if shared else _own_gateway(server) as gateway:
         try:
-            return _log_in_and_call(gateway)
+            return _tenant_logs_in_and_calls(gateway) if gateway.tenant_token else _log_in_and_call(gateway)
         finally:
-            log = gateway.data / "logs" / f"{gateway.name}.worker.log"
+            worker = f"{TENANT}@{gateway.name}" if gateway.tenant_token else gateway.name
+            log = gateway.data / "logs" / f"{worker}.worker.log"
             if log.exists():
                 print(f"---- {log.name}\n{log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
 
@@ -290,6 +335,64 @@ def _log_in_and_call(gateway: Gateway) -> int:
         logins += 1
         time.sleep(0.5)
         row = _upstream(gateway)
+
+
+def _tenant_logs_in_and_calls(gateway: Gateway) -> int:
+    """The tenant's client finds `NAME:login`, the tenant's browser opens its link; then the first tool."""
+    import httpx2
+    import trio
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    login = f"{gateway.name}:login"
+
+    def browse(link: str) -> None:
+        with httpx2.Client(timeout=30) as browser:
+            start = browser.get(link)  # sets the login's cookie, then on to the authorization server
+            print(f"link: {start.status_code}", file=sys.stderr)
+            consent = browser.get(start.headers["location"])
+            location = consent.headers.get("location")
+            if consent.status_code not in (301, 302, 303, 307, 308) or not location:
+                raise RuntimeError(f"the authorization endpoint answered {consent.status_code}, not a redirect")
+            page = browser.get(location)
+            print(f"callback: {page.status_code}: {page.text[:300]}", file=sys.stderr)
+
+    async def run() -> int:
+        headers = {"Authorization": f"Bearer {gateway.tenant_token}"}
+        url = f"http://127.0.0.1:{gateway.port}/mcp/direct"
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+
+            async def tools() -> list[str]:
+                listed = (await client.list_tools()).tools
+                return [tool.name for tool in listed if tool.name.startswith(f"{gateway.name}:")]
+
+            logins = 0
+            with trio.move_on_after(90):
+                while not (names := await tools()):
+                    await trio.sleep(0.3)  # the tenant's worker starts on its first request
+            print(f"tools: {names}", file=sys.stderr)
+            while True:
+                if names == [login]:
+                    answer = await client.call_tool(login, {})
+                else:
+                    answer = await client.call_tool(names[0], {})
+                    text = answer.content[0].text if answer.content and hasattr(answer.content[0], "text") else ""
+                    print(f"call: error={answer.is_error} {text[:200]}", file=sys.stderr)
+                link = (answer.structured_content or {}).get("login_url")
+                if not link:
+                    return 1 if answer.is_error else 0
+                if logins >= 2:
+                    return 1  # a refusal for more scope gets one more login, not a loop
+                await trio.to_thread.run_sync(browse, link)
+                logins += 1
+                with trio.move_on_after(30):
+                    while (names := await tools()) == [login]:
+                        await trio.sleep(0.3)
+
+    return trio.run(run)
 
 
 if __name__ == "__main__":
@@ -340,14 +443,29 @@ def test_the_auth_scenarios_are_the_pinned_suites() -> None:
 AT_ONCE = 4
 
 
+Results = dict[str, list[dict[str, Any]] | BaseException]
+
+
 @pytest.fixture(scope="module")
-def auth_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]] | BaseException]:
+def auth_results(tmp_path_factory: pytest.TempPathFactory) -> Results:
     """Every scenario's checks (or why it left none), run a few at a time before the tests read them."""
+    return _run_all(tmp_path_factory, [s for s in AUTH_SCENARIOS if s not in CANNOT_PASS])
+
+
+@pytest.fixture(scope="module")
+def tenant_auth_results(tmp_path_factory: pytest.TempPathFactory) -> Results:
+    """TENANT_SCENARIOS' checks with a tenant's own client driving each login."""
+    import secrets
+
+    return _run_all(tmp_path_factory, list(TENANT_SCENARIOS), tenant_token=secrets.token_urlsafe(32))
+
+
+def _run_all(tmp_path_factory: pytest.TempPathFactory, runnable: list[str], *, tenant_token: str = "") -> Results:
     conformance_entry()
-    runnable = [scenario for scenario in AUTH_SCENARIOS if scenario not in CANNOT_PASS]
     # Made here, not in the threads: pytest creates its base temporary directory on first use, and
     # threads racing to do that remove each other's.
-    out_dirs = {scenario: tmp_path_factory.mktemp(scenario.replace("/", "-")) for scenario in runnable}
+    prefix = "tenant-" if tenant_token else ""
+    out_dirs = {scenario: tmp_path_factory.mktemp(prefix + scenario.replace("/", "-")) for scenario in runnable}
 
     def run(scenario: str) -> list[dict[str, Any]] | BaseException:
         try:
@@ -355,9 +473,14 @@ def auth_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dic
         except (AssertionError, OSError, subprocess.SubprocessError) as exc:
             return exc
 
-    with _own_gateway(None) as gateway:
+    with _own_gateway(None, tenant_token=tenant_token) as gateway:
         _wait_serving(gateway)
-        shared = {"config": str(gateway.config), "control": gateway.control, "port": gateway.port}
+        shared = {
+            "config": str(gateway.config),
+            "control": gateway.control,
+            "port": gateway.port,
+            "tenant_token": tenant_token,
+        }
         os.environ[SHARED_ENV] = json.dumps({**shared, "data": str(gateway.data)})
         try:
             with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
@@ -381,12 +504,24 @@ def _wait_serving(gateway: Gateway, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.parametrize("scenario", AUTH_SCENARIOS)
-def test_auth_scenario(scenario: str, auth_results: dict[str, list[dict[str, Any]] | BaseException]) -> None:
+def test_auth_scenario(scenario: str, auth_results: Results) -> None:
     if scenario in CANNOT_PASS:
         pytest.xfail(CANNOT_PASS[scenario])
     checks = auth_results[scenario]
     if isinstance(checks, BaseException):
         raise checks
+    _assert_passed(checks)
+
+
+@pytest.mark.parametrize("scenario", TENANT_SCENARIOS)
+def test_auth_scenario_driven_by_a_tenants_client(scenario: str, tenant_auth_results: Results) -> None:
+    checks = tenant_auth_results[scenario]
+    if isinstance(checks, BaseException):
+        raise checks
+    _assert_passed(checks)
+
+
+def _assert_passed(checks: list[dict[str, Any]]) -> None:
     failures = [check for check in checks if check.get("status") == "FAILURE"]
     assert not failures, "\n".join(
         f"{check['id']}: {check.get('errorMessage', '')} {json.dumps(check.get('details'))[:400]}" for check in failures
