@@ -159,7 +159,7 @@ class ServiceRanking:
             name = min(self._unindexed)
             self._unindexed.discard(name)
             view = views().get(name)
-            if view is not None and view.ready:
+            if view is not None and view.listed:
                 try:
                     prepared = await trio.to_thread.run_sync(index.prepare, name, list(view.tools))
                 except ServiceError as error:

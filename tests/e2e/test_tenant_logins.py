@@ -344,3 +344,34 @@ async def test_per_tenant_secrets_give_each_tenant_its_own_key(tmp_path: Path) -
             assert bob_digest == hashlib.sha256(bob_key.encode()).hexdigest()[:16]
         for person in (alice, bob):
             await person.browser.aclose()
+
+
+async def test_the_operator_sees_and_disconnects_a_tenants_account_in_the_console(tmp_path: Path) -> None:
+    from tests.e2e.test_console import CHROMIUM, in_browser
+
+    if CHROMIUM is None:
+        pytest.skip("system package missing: chromium")
+    async with logins_stack(tmp_path) as (stack, _upstream, tokens):
+        alice = Person("alice", stack, tokens["alice"])
+        async with alice.client() as client:
+            await wait_tools(client, lambda names: "remote:login" in names)
+            link = login_link(await client.call_tool("remote:login", {}))
+            assert (await alice.open(await alice.authorize(link))).status_code == 200
+            await wait_tools(client, lambda names: "remote:whoami" in names)
+        access = oauth_store.load(oauth_store.token_path(stack.data_dir, "alice/remote")).tokens["access_token"]
+
+        def scenario(page: Any) -> None:
+            page.goto(f"{stack.base_url}/ui/login")
+            page.fill("#token", tokens["admin"])
+            page.click("button[type=submit]")
+            page.goto(f"{stack.base_url}/ui/#/accounts")
+            row = page.locator('tr[data-account="alice/remote"]')
+            row.wait_for()
+            assert access not in page.content()
+            row.locator("button[data-action=disconnect]").click()
+            page.locator("td.empty", has_text="No upstream logins kept").wait_for()
+
+        await trio.to_thread.run_sync(in_browser(scenario))
+        await upstream_state(stack, "alice/remote", "authenticating")
+        assert activity(stack)[-1] == ("alice", "remote", "logout", "operator")
+        await alice.browser.aclose()

@@ -515,6 +515,33 @@ function renderActivity(view) {
   timers.push(setInterval(() => load(false), POLL_MS * 2));
 }
 
+// -- accounts: the upstream logins kept (never a token) ------------------------------------------
+
+function renderAccounts(view) {
+  const tbody = h("tbody", { id: "accounts" });
+  view.append(h("h1", {}, "Accounts"),
+    h("div", { class: "subtitle" }, "Upstream logins kept: the operator's, and each tenant's own account. Disconnecting forgets the tokens; the tenant logs in again with the server's login tool."),
+    h("div", { class: "panel" }, h("table", {}, h("thead", {}, h("tr", {},
+      h("th", {}, "Tenant"), h("th", {}, "Server"), h("th", {}, "Token expires"), h("th", {}))), tbody)));
+  async function load() {
+    let data;
+    try { data = await api("GET", "/accounts"); setLive(true, "live"); } catch (e) { setLive(false, e.message); return; }
+    if (!data.accounts.length) { tbody.replaceChildren(h("tr", {}, h("td", { colspan: 4, class: "empty" }, "No upstream logins kept."))); return; }
+    tbody.replaceChildren(...data.accounts.map((row) => {
+      const target = row.tenant ? `/accounts/${encodeURIComponent(row.tenant)}/${encodeURIComponent(row.server)}` : null;
+      const button = target ? h("button", {
+        dataset: { action: "disconnect" },
+        onclick: async () => { await act("DELETE", target, undefined, row.name + ": disconnected"); load(); },
+      }, "Disconnect") : h("span", { class: "muted" }, row.shared ? "shared: ctl logout" : "ctl logout");
+      return h("tr", { dataset: { account: row.name } },
+        h("td", {}, row.tenant || "(operators)"), h("td", { class: "mono" }, row.server),
+        h("td", {}, row.expires ? when(row.expires) : "-"), h("td", { class: "actions" }, button));
+    }));
+  }
+  load();
+  timers.push(setInterval(load, POLL_MS * 5));
+}
+
 // -- routing -------------------------------------------------------------------------------------
 
 function route() {
@@ -528,6 +555,7 @@ function route() {
   if (section === "servers" && parts[1]) renderServer(view, parts[1]);
   else if (section === "approvals") renderApprovals(view, parts[1] || null);
   else if (section === "activity") renderActivity(view);
+  else if (section === "accounts") renderAccounts(view);
   else renderDashboard(view);
   document.title = "mcpvisor · " + (parts[1] || section);
 }
