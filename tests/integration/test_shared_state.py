@@ -1,0 +1,100 @@
+"""The supervisor's side of the shared store, against a real PostgreSQL: run-time changes over the file.
+
+Given a config file (the base) and run-time changes recorded in the store, every replica computes
+the same config: the latest change of each server wins over the file, an approved proposal's
+tenant keeps the server it was added for, a removal takes a server out of every tenant, and the
+pending proposals are one list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from mcpvisor.supervisor.config import loads
+from mcpvisor.supervisor.shared import SharedProposals, SharedState
+from mcpvisor.wire.config import ServerConfig
+from mcpvisor.wire.proposals import new_proposal
+from tests.support import postgres
+
+postgres_cluster = postgres.cluster_fixture()
+postgres_url = postgres.database_fixture()
+
+BASE = loads(
+    """
+[servers.time]
+command = "mcp-server-time"
+
+[servers.echo]
+command = "echo-server"
+
+[tenants.team]
+servers = ["time"]
+""",
+    source="base.toml",
+)
+
+
+@pytest.fixture
+def shared(postgres_url: str):
+    state = SharedState.open(postgres_url)
+    yield state
+    state.close()
+
+
+def test_the_file_alone_when_nothing_changed_at_run_time(shared: SharedState) -> None:
+    assert shared.overlay(BASE) == BASE
+
+
+def test_the_latest_change_of_each_server_wins_over_the_file(shared: SharedState, postgres_url: str) -> None:
+    time_server = BASE.servers["time"]
+    shared.record_server("time", msgspec.structs.replace(time_server, enabled=False))
+    shared.record_server("echo", msgspec.structs.replace(BASE.servers["echo"], quarantined=True))
+    shared.record_server("time", msgspec.structs.replace(time_server, enabled=False, quarantined=True))
+
+    other_replica = SharedState.open(postgres_url)
+    try:
+        config = other_replica.overlay(BASE)
+    finally:
+        other_replica.close()
+    assert (config.servers["time"].enabled, config.servers["time"].quarantined) == (False, True)
+    assert config.servers["echo"].quarantined is True
+    assert config.tenants == BASE.tenants
+
+
+def test_an_approved_proposal_keeps_its_tenant_through_later_changes(shared: SharedState) -> None:
+    added = ServerConfig(command="gamma-server")
+    shared.record_server("gamma", added, tenant="team")
+    shared.record_server("gamma", msgspec.structs.replace(added, enabled=False))  # the operator disables it
+    config = shared.overlay(BASE)
+    assert config.tenants["team"].servers == ["time", "gamma"]
+    assert config.servers["gamma"].enabled is False
+
+    shared.record_server("gamma", None)  # removed: out of every tenant too
+    config = shared.overlay(BASE)
+    assert "gamma" not in config.servers and config.tenants["team"].servers == ["time"]
+
+
+def test_a_row_this_version_cannot_read_is_skipped_not_fatal(shared: SharedState) -> None:
+    shared.store.execute(
+        "INSERT INTO server_changes (name, server, tenant, changed_at) VALUES (?, ?, '', 0)",
+        ("time", '{"command": "x", "field_of_a_newer_version": 1}'),
+    )
+    assert shared.overlay(BASE) == BASE
+
+
+def test_proposals_are_one_list_for_every_replica(shared: SharedState, postgres_url: str, tmp_path: Path) -> None:
+    here = SharedProposals(shared.store, tmp_path)
+    there_state = SharedState.open(postgres_url)
+    try:
+        there = SharedProposals(there_state.store, tmp_path)
+        here.put(new_proposal("gamma", "add", config={"command": "gamma-server"}, tenant="team"))
+        assert there.reload() is True
+        assert [proposal.key for proposal in there] == ["team/gamma"]
+        assert there.pop("team/gamma") is not None
+        assert here.reload() is True and len(here) == 0
+    finally:
+        there_state.close()
+    assert not (tmp_path / "proposals.json").exists()
