@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.wire.logs import log_stem
 from tests.support.peers import everything_stdio_server
-from tests.support.stack import open_stack, python_server
+from tests.support.stack import descendants, open_stack, python_server
 
 pytestmark = [
     pytest.mark.trio,
@@ -27,6 +27,17 @@ pytestmark = [
 ]
 
 TIME = str(Path(sys.executable).parent / "mcp-server-time")
+
+
+def runs(root: int, script: str) -> bool:
+    """Whether any process below `root` has `script` on its command line."""
+    for pid in descendants(root):
+        try:
+            if script in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def text_of(result: object) -> str:
@@ -100,3 +111,14 @@ async def test_an_npx_server_keeps_its_download_in_its_home(tmp_path: Path) -> N
         # The download is in the server's own home, where the next start finds it.
         home = stack.data_dir / "sandboxes" / "servers" / "everything"
         assert (home / ".npm" / "_npx").is_dir()
+
+
+async def test_without_bwrap_a_required_sandbox_never_starts_the_server_unconfined(tmp_path: Path) -> None:
+    # A PATH without bwrap on it: the server's own command is found all the same (absolute).
+    servers = {"shell": python_server("shell_server.py", sandbox=True)}
+    env = {"PATH": str(Path(sys.executable).parent)}
+    async with open_stack(tmp_path, servers, env=env, wait_for=[]) as stack:
+        rows = await stack.wait_status(lambda rows: "bubblewrap" in rows["shell"]["error"], timeout=60)
+        assert "not started" in rows["shell"]["error"] and rows["shell"]["upstream"] != "ready"
+        # Nothing ran: the worker never spawned the shell.
+        assert not runs(stack.process.pid, "shell_server.py")
