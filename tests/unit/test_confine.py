@@ -1,0 +1,85 @@
+"""What a command needs inside its sandbox, found on the host: prefixes, virtualenvs, scripts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mcpvisor.workers.confine import argument_files, install_paths, sandbox_env
+
+
+def test_a_virtualenv_brings_the_python_it_was_made_from(tmp_path: Path) -> None:
+    base = tmp_path / "pyenv" / "versions" / "3.11"
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "python3").write_text("")
+    venv = tmp_path / "project" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\nversion = 3.11\n")
+    os.symlink(base / "bin" / "python3", venv / "bin" / "python")
+    tool = venv / "bin" / "mcp-server-time"
+    tool.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\n")
+    assert set(install_paths(str(tool))) == {str(venv), str(base)}
+
+
+def test_a_system_program_needs_nothing_more() -> None:
+    assert install_paths("/usr/bin/env") == []
+
+
+def test_a_shebang_through_env_names_the_interpreter_found_on_path(tmp_path: Path) -> None:
+    node = tmp_path / "opt" / "node" / "bin" / "node"
+    node.parent.mkdir(parents=True)
+    node.write_text("")
+    node.chmod(0o755)
+    script = tmp_path / "opt" / "tool" / "bin" / "tool"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/usr/bin/env node\n")
+    old = os.environ["PATH"]
+    os.environ["PATH"] = f"{node.parent}:{old}"
+    try:
+        assert set(install_paths(str(script))) == {str(tmp_path / "opt" / "tool"), str(tmp_path / "opt" / "node")}
+    finally:
+        os.environ["PATH"] = old
+
+
+def test_script_arguments_are_bound_alone_and_directories_never(tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    script.write_text("")
+    (tmp_path / "secret.txt").write_text("s")
+    found = argument_files(["--name", "x", str(script), str(tmp_path), "server.py"], str(tmp_path))
+    assert found == [(str(script), str(script))]
+
+
+def test_a_symlinked_node_modules_script_brings_its_tree_at_both_paths(tmp_path: Path) -> None:
+    real = tmp_path / "real" / "node_modules"
+    entry = real / "@scope" / "pkg" / "dist" / "index.js"
+    entry.parent.mkdir(parents=True)
+    entry.write_text("")
+    (tmp_path / "link").mkdir()
+    os.symlink(real, tmp_path / "link" / "node_modules")
+    given = tmp_path / "link" / "node_modules" / "@scope" / "pkg" / "dist" / "index.js"
+    assert argument_files([str(given)], None) == [
+        (str(real), str(tmp_path / "link" / "node_modules")),
+        (str(real), str(real)),
+    ]
+
+
+def test_the_environment_is_the_configured_one_over_a_minimal_base() -> None:
+    os.environ["MCPVISOR_SECRET_PROBE"] = "not for the sandbox"
+    try:
+        env = sandbox_env({"API_KEY": "k", "LANG": "de_DE.UTF-8"}, "/opt/tool/bin/tool")
+    finally:
+        del os.environ["MCPVISOR_SECRET_PROBE"]
+    assert env["API_KEY"] == "k" and env["LANG"] == "de_DE.UTF-8" and env["HOME"] == "/home/sandbox"
+    assert env["PATH"].startswith("/opt/tool/bin:")
+    assert env["npm_config_cache"] == "/home/sandbox/.npm" and env["UV_CACHE_DIR"] == "/home/sandbox/.cache/uv"
+    assert not any(key.startswith("MCPVISOR") for key in env)
+    assert set(env) == {
+        "PATH",
+        "HOME",
+        "LANG",
+        "TMPDIR",
+        "XDG_CACHE_HOME",
+        "npm_config_cache",
+        "UV_CACHE_DIR",
+        "API_KEY",
+    }
