@@ -171,13 +171,18 @@ def sandbox_env(configured: Mapping[str, str], executable: str) -> dict[str, str
     return env
 
 
-def _masks(hidden: Sequence[str]) -> tuple[bwrap.Mask, ...]:
-    masks = []
+def masks(hidden: Sequence[str]) -> tuple[bwrap.Mask, ...]:
+    """The hidden paths that exist, as masks (by their path and their real path).
+
+    One that does not exist has nothing to hide, and bwrap could not make a mount point for it
+    inside a read-only bind (a config's `.bak` before the first save, in /etc/mcpvisor).
+    """
+    found = []
     for path in hidden:
-        real = os.path.realpath(path)
-        for each in dict.fromkeys((path, real)):
-            masks.append(bwrap.Mask(path=each, directory=not os.path.isfile(each)))
-    return tuple(masks)
+        for each in dict.fromkeys((path, os.path.realpath(path))):
+            if os.path.lexists(each):
+                found.append(bwrap.Mask(path=each, directory=os.path.isdir(each)))
+    return tuple(found)
 
 
 def confine(
@@ -225,7 +230,7 @@ def confine(
         system=bwrap.system_binds(),
         binds=tuple(binds),
         home=plan.home,
-        masks=_masks(plan.hidden),
+        masks=masks(plan.hidden),
         network=plan.network,
         cwd=cwd,
         uid=uid,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mcpvisor.workers.confine import argument_files, install_paths, sandbox_env
+from mcpvisor.workers.confine import argument_files, install_paths, masks, sandbox_env
 
 
 def test_a_virtualenv_brings_the_python_it_was_made_from(tmp_path: Path) -> None:
@@ -83,3 +83,13 @@ def test_the_environment_is_the_configured_one_over_a_minimal_base() -> None:
         "UV_CACHE_DIR",
         "API_KEY",
     }
+
+
+def test_only_hidden_paths_that_exist_are_masked(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text("")
+    (tmp_path / "data").mkdir()
+    found = masks([str(tmp_path / "config.toml"), str(tmp_path / "config.toml.bak"), str(tmp_path / "data")])
+    assert [(m.path, m.directory) for m in found] == [
+        (str(tmp_path / "config.toml"), False),
+        (str(tmp_path / "data"), True),
+    ]
