@@ -6,7 +6,7 @@ to run inside, and returns the argv that starts `bwrap`. Finding out what the ho
 builder is tested without running anything.
 
 Two ways to run it, chosen by the caller with `privileged`:
-- as root (a container's root, or a system service): bwrap does its mounts as real root, without
+- as root holding CAP_SYS_ADMIN (a system service, a root container): bwrap mounts as real root, without
   a user namespace, and the command runs through `setpriv` as `uid`/`gid` with every capability
   and the bounding set dropped. A user namespace here would map the sandbox's uid back to real
   root outside, so files, signals and /etc/shadow would still see root; an unprivileged uid does not.
@@ -197,6 +197,28 @@ def system_binds(paths: Sequence[str] = SYSTEM_PATHS) -> tuple[Bind | Symlink, .
     return tuple(found)
 
 
+_CAP_SYS_ADMIN = 21
+FIX_ROOT = (
+    "mcpvisor runs as root without CAP_SYS_ADMIN (a container's root under the default capabilities), "
+    "so bwrap cannot mount as root and a user namespace would map the sandbox to root: run mcpvisor as "
+    "an unprivileged user (the container image's UID 10001), see docs/sandbox-deployment.md"
+)
+
+
+def mounts_as_root() -> bool:
+    """Whether this process is root holding CAP_SYS_ADMIN, so bwrap can mount as real root."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 _probed: dict[bool, str | None] = {}
 
 
@@ -208,6 +230,8 @@ def probe() -> str | None:
     tool = shutil.which("bwrap")
     if tool is None:
         problem: str | None = f"the sandbox needs bwrap, which is not installed: {FIX_INSTALL}"
+    elif privileged and not mounts_as_root():
+        problem = FIX_ROOT
     else:
         spec = SandboxSpec(system=system_binds(), network=False, uid=65534 if privileged else None)
         argv = bwrap_argv(spec, ["true"], privileged=privileged, bwrap=tool)

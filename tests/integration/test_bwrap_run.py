@@ -136,3 +136,18 @@ def test_an_ordinary_user_gets_the_same_sandbox_through_a_user_namespace(tmp_pat
         assert (home / "written").stat().st_uid == 65534
     finally:
         shutil.rmtree(home)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("capsh") is None, reason="needs root and capsh (libcap2-bin)")
+def test_root_without_cap_sys_admin_is_told_to_run_unprivileged() -> None:
+    """A container's root under the default capabilities: no sandbox mapped to root, a clear line."""
+    code = "from mcpvisor.wire import bwrap; print(bwrap.probe())"
+    done = subprocess.run(
+        ["capsh", "--drop=cap_sys_admin", "--", "-c", f"{sys.executable} -c '{code}'"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "without CAP_SYS_ADMIN" in done.stdout and "unprivileged user" in done.stdout
