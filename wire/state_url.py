@@ -6,10 +6,9 @@ loading a database driver.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from typing import Final
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote
 
 from mcpvisor.wire.config import ConfigError
 from mcpvisor.wire.secrets import SECRET_REF, Redactor, SecretError, resolve
@@ -50,13 +49,18 @@ def resolve_url(url: str) -> tuple[str, Redactor]:
     def substitute(match: re.Match[str]) -> str:
         value = resolve(match.group(0))
         redactor.add(value)
+        redactor.add(quote(value, safe=""))
         return quote(value, safe="")
 
     try:
         resolved = SECRET_REF.sub(substitute, url)
     except SecretError as exc:
         raise StateStoreError(f"state_url {redact_url(url)}: {exc}") from None
-    with contextlib.suppress(ValueError):
-        if (password := urlsplit(resolved).password) is not None:
-            redactor.add(password)
+    # libpq quotes a URL it cannot parse whole, so the password as written (percent-encoded) and
+    # as meant are both hidden, whether it was a reference or written in the URL.
+    userinfo, at, _ = resolved.partition("://")[2].rpartition("@")
+    if at and ":" in userinfo:
+        written = userinfo.split(":", 1)[1]
+        redactor.add(written)
+        redactor.add(unquote(written))
     return resolved, redactor

@@ -69,3 +69,18 @@ def test_the_loader_refuses_what_is_not_a_postgresql_url_without_showing_the_pas
 def test_without_state_url_the_store_stays_sqlite() -> None:
     assert loads("[mcpvisor]\n", source="x").mcpvisor.state_url is None
     check_url("postgresql://app:${env:PG_PASSWORD}@db/mcpvisor")  # accepted as it is; nothing resolved yet
+
+
+@pytest.mark.parametrize("password", ["lit%40eral-pw", "${env:PG_ODD_PASSWORD}"])
+def test_a_url_libpq_cannot_parse_is_quoted_back_without_its_password(
+    password: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcpvisor.wire.state_pg import PostgresState
+
+    monkeypatch.setenv("PG_ODD_PASSWORD", "s3cr@t/pw")
+    with pytest.raises(StateStoreError) as caught:
+        PostgresState(f"postgresql://app:{password}@[::1/mcpvisor").migrate()  # an unclosed IPv6 bracket
+    message = str(caught.value)
+    assert "IPv6" in message and "app:***@" in message
+    for secret in ("lit%40eral-pw", "lit@eral-pw", "s3cr@t/pw", "s3cr%40t%2Fpw"):
+        assert secret not in message
