@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 # come up, and the tenant's clients get list_changed.
 START_WAIT = 45.0
 IDLE_CHECK = 5.0  # seconds between checks for an idle tenant
+SETTLE_CHECK = 0.5  # seconds between looks at a tenant's starting workers
 
 
 @dataclass
@@ -253,7 +254,10 @@ class Stack:
         with trio.move_on_after(timeout):
             while not self._settled():
                 self._catalog_moved = trio.Event()
-                await self._catalog_moved.wait()
+                # A state change clients cannot see (connecting -> error, -> authenticating) moves
+                # no catalog: look again shortly as well.
+                with trio.move_on_after(SETTLE_CHECK):
+                    await self._catalog_moved.wait()
 
     def _settled(self) -> bool:
         catalog = self.upstreams.catalog
