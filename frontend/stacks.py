@@ -36,7 +36,7 @@ from mcpvisor.frontend.door.search import ToolIndex
 from mcpvisor.frontend.door.service_ranking import ServiceRanking
 from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.app import FrontendApp
-from mcpvisor.frontend.endpoints.clients import Clients
+from mcpvisor.frontend.endpoints.clients import Clients, connection_of
 from mcpvisor.frontend.endpoints.direct import build_direct_server
 from mcpvisor.frontend.endpoints.search_first import build_search_server
 from mcpvisor.frontend.gate.activity import ActivityLog
@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 # come up, and the tenant's clients get list_changed.
 START_WAIT = 45.0
 IDLE_CHECK = 5.0  # seconds between checks for an idle tenant
+ELICITATION_COMPLETE = "notifications/elicitation/complete"
 SETTLE_CHECK = 0.5  # seconds between looks at a tenant's starting workers
 
 
@@ -164,6 +165,7 @@ class Stack:
         self._pool_running = not shared.on_demand
         self._pool_lock = trio.Lock()
         self._catalog_moved = trio.Event()
+        self._nursery: trio.Nursery | None = None
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -185,6 +187,7 @@ class Stack:
                         self.upstreams.ranking.save_cache()
 
     async def _serve(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
+        self._nursery = nursery
         nursery.start_soon(self.clients.serve_notifications)
         await nursery.start(self.upstreams.rounds.serve)
         await nursery.start(self.upstreams.serve_index)
@@ -202,6 +205,12 @@ class Stack:
     # -- events from below -----------------------------------------------------------------------
 
     def catalog_changed(self, server: str) -> None:
+        view = self.upstreams.catalog.servers.get(server)
+        if view is not None and view.ready and self._nursery is not None:
+            # The tenant's login to it completed: the clients asked to open its link hear so.
+            for ctx, elicitation in self.upstreams.elicitations.pop(server, []):
+                if (connection := connection_of(ctx)) is not None:
+                    self._nursery.start_soon(connection.notify, ELICITATION_COMPLETE, {"elicitationId": elicitation})
         self.upstreams.reindex(server)
         self.clients.changed()
         self.app.servers.changed(server)

@@ -106,7 +106,8 @@ class ClientCall:
         return False
 
     async def open_url(self, message: str, url: str, timeout: float = 120.0) -> str | None:
-        """Ask the user to open `url` (URL-mode elicitation, MCP 2025-11-25): the user's action, or None.
+        """Ask the user to open `url` (URL-mode elicitation, MCP 2025-11-25): its elicitation id once the
+        user accepted, else None.
 
         Only a handshake-era client that declared URL mode is asked; any other, or one that does
         not answer in time, gets nothing here (the caller's result carries the URL anyway).
@@ -127,7 +128,7 @@ class ClientCall:
             except (MCPError, NoBackChannelError, ValidationError) as exc:
                 log.debug("the client did not take the URL elicitation: %s", exc)
                 return None
-            return result.action
+            return params.elicitation_id if result.action == "accept" else None
         return None
 
     async def ask(self, method: str, payload: bytes) -> bytes:

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 INDEX_WAIT = 10.0
 
 UNAVAILABLE = -32000  # JSON-RPC server error: the server exists but cannot take the call now
+MAX_ELICITATIONS = 8  # per server, the clients told when its login completes
 LOGIN_START_TIMEOUT = 45.0  # the worker discovers the authorization server and registers before it has a URL
 LOGGED_METHODS = frozenset({"resources/read", "prompts/get"})  # besides tools/call
 
@@ -130,6 +131,8 @@ class Upstreams:
     ) -> None:
         self.tenant = tenant  # whose door this is ("": the servers without a tenant)
         self.logins = logins  # the login links of every tenant (a tenant's own upstream logins)
+        # Per server, the clients that accepted a URL elicitation of its login: (request context, id).
+        self.elicitations: dict[str, list[tuple[Any, str]]] = {}
         self.settings = settings
         self.servers = servers
         self.catalog = catalog
@@ -443,7 +446,11 @@ class Upstreams:
         ticket = self.logins.issue(self.worker_id(server), server, self.tenant, url, secret)
         link = oauth_store.base_url(settings.listen, settings.public_url) + oauth_store.START_PATH + ticket
         if call is not None:
-            await call.open_url(f"Connect your {server} account (for {self.tenant}) to use its tools.", link)
+            message = f"Connect your {server} account (for {self.tenant}) to use its tools."
+            if (elicitation := await call.open_url(message, link)) is not None:
+                # Told `notifications/elicitation/complete` once the server is connected (frontend/stacks.py).
+                waiting = self.elicitations.setdefault(server, [])
+                waiting[:] = [*waiting[-(MAX_ELICITATIONS - 1) :], (call.ctx, elicitation)]
         return login_answer(server, self.tenant, link, self.logins.ttl, tool=tool)
 
     async def disconnect_account(self, server: str) -> dict[str, Any]:

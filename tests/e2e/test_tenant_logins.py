@@ -64,6 +64,8 @@ class Person:
         async def on_message(message: Any) -> None:
             if isinstance(message, types.ToolListChangedNotification):
                 self.notices.append("tools")
+            elif isinstance(message, types.ElicitCompleteNotification):
+                self.notices.append(f"elicitation complete {message.params.elicitation_id}")
 
         extra: dict[str, Any] = {"mode": "legacy", "message_handler": on_message}
         if url_elicitation:
@@ -167,6 +169,10 @@ async def test_alice_connects_her_own_account_and_bob_still_sees_only_his_login_
             names = await wait_tools(client, lambda names: "remote:whoami" in names)
             assert "remote:login" not in names
             assert "tools" in alice.notices
+            # And the URL elicitation it accepted is complete.
+            with trio.fail_after(10):
+                while f"elicitation complete {alice.elicited[0].elicitation_id}" not in alice.notices:
+                    await trio.sleep(0.1)
             answer = await client.call_tool("remote:whoami", {})
             assert not answer.is_error and answer.content[0].text == "you are alice"
 
