@@ -159,7 +159,8 @@ def build_server_endpoint(
         if not serves(name):
             raise MCPError(code=UNAVAILABLE, message=f"server '{name}' is not available on this endpoint now")
         found = upstreams.catalog.servers.get(name)
-        return found if found is not None and found.ready else None
+        # Listed: ready, or waiting for this tenant's login (its one tool is then `login`).
+        return found if found is not None and found.listed else None
 
     def tools() -> list[dict[str, Any]]:
         if view() is None:

@@ -130,7 +130,7 @@ async def logins_stack(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[S
 
 
 async def test_alice_connects_her_own_account_and_bob_still_sees_only_his_login_tool(tmp_path: Path) -> None:
-    async with logins_stack(tmp_path) as (stack, upstream, tokens):
+    async with logins_stack(tmp_path, enable_server_endpoints=True) as (stack, upstream, tokens):
         alice, bob = Person("alice", stack, tokens["alice"]), Person("bob", stack, tokens["bob"])
         async with alice.client(url_elicitation=True) as client, bob.client() as bob_client:
             # Each tenant's first request starts its worker, which finds the upstream wants a login.
@@ -149,6 +149,10 @@ async def test_alice_connects_her_own_account_and_bob_still_sees_only_his_login_
                 listing = await search.call_tool("upstream_servers", {"operation": "list"})
                 remote = next(s for s in listing.structured_content["servers"] if s["name"] == "remote")
                 assert remote["state"] == "waiting for your login" and "remote:login" in remote["login"], remote
+
+            # The server's own endpoint lists it under its own name there.
+            async with alice.client("/mcp/servers/remote") as alone:
+                assert await tool_names(alone) == {"login"}
 
             # Nothing starts a login until the tenant asks for one.
             assert (await upstream.stats())["authorizations"] == 0
