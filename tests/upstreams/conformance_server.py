@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import anyio
 import mcp_types as types
+import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
@@ -612,9 +613,10 @@ def main() -> None:
     args = parser.parse_args()
     server = build()
     if args.http:
-        server.run(
-            "streamable-http", host="127.0.0.1", port=args.http, event_store=MemoryEventStore(), retry_interval=100
-        )
+        # uvicorn picks its httptools protocol whenever httptools is installed (mcpvisor depends on it), and that
+        # one keeps a header value's trailing whitespace, which RFC 9110 says a server must drop; h11 drops it.
+        app = server.streamable_http_app(event_store=MemoryEventStore(), retry_interval=100)
+        uvicorn.run(app, host="127.0.0.1", port=args.http, http="h11", log_level=server.settings.log_level.lower())
     else:
         server.run("stdio")
 
