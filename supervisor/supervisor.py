@@ -264,6 +264,8 @@ class Supervisor:
             call_timeout=self.config.mcpvisor.call_timeout,
             log_level=self.config.mcpvisor.log_level,
             sandbox=self.sandbox_plan(worker),
+            # Only a remote upstream logs in; a stdio server's worker has no use for the store.
+            state_url=(self.config.mcpvisor.state_url or "") if server.kind != "stdio" else "",
         )
         env = dict(os.environ) | {worker_spec.ENV_VAR: worker_spec.encode(spec)}
         log_path = self.log_dir / f"{log_stem(worker)}.worker.log"
@@ -573,7 +575,35 @@ class Supervisor:
     def display_name(self, program: Program) -> str:
         return program.name.removeprefix(WORKER_PREFIX)
 
-    def status_row(self, program: Program) -> dict[str, Any]:
+    async def stored_logins(self) -> dict[str, float | None]:
+        """Every upstream login kept, worker id -> access token expiry: in the shared store, or the data dir.
+
+        A shared store that cannot be reached is a CommandError naming it (never its password).
+        """
+        if self.shared is None:
+            return dict(oauth_store.logins(self.data_dir))
+        from mcpvisor.wire import oauth_pg
+        from mcpvisor.wire.state_url import StateStoreError
+
+        try:
+            return dict(await trio.to_thread.run_sync(oauth_pg.logins, self.shared.store))
+        except StateStoreError as exc:
+            raise CommandError(str(exc)) from None
+
+    async def remove_login(self, worker: str) -> bool:
+        """Forget a worker's login where it is kept (no worker of it runs here); whether there was one."""
+        if self.shared is None:
+            return oauth_store.remove(oauth_store.token_path(self.data_dir, worker))
+        from mcpvisor.wire import oauth_pg
+        from mcpvisor.wire.state_url import StateStoreError
+
+        try:
+            return await trio.to_thread.run_sync(oauth_pg.remove, self.shared.store, worker)
+        except StateStoreError as exc:
+            raise CommandError(str(exc)) from None
+
+    def status_row(self, program: Program, logins: dict[str, float | None] | None = None) -> dict[str, Any]:
+        """One process's status; `logins` (from `stored_logins`) gives a worker's token expiry."""
         report = self.reports.get(program.name)
         row: dict[str, Any] = {
             "name": self.display_name(program),
@@ -593,7 +623,7 @@ class Supervisor:
             worker = self.display_name(program)
             config = self.config.servers.get(server_of(worker))
             shared = config is not None and config.oauth is not None and config.oauth.shared
-            expires = oauth_store.expires_at(oauth_store.token_file_of(self.data_dir, worker, shared=shared))
+            expires = (logins or {}).get(server_of(worker) if shared else worker)
             if expires is not None:
                 row["token_expires"] = round(expires)  # Unix time of the upstream login's access token
         return row

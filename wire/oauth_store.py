@@ -126,3 +126,34 @@ def remove(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+class FileRecord:
+    """One worker's login kept in its file: the calls a worker makes on its record, whatever the store.
+
+    The other kind is wire/oauth_pg.py's `SharedRecord`, in the store every replica shares.
+    """
+
+    shared_store = False
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def version(self) -> object | None:
+        """What changes whenever the record is written: the file's (mtime, size); None without a file."""
+        try:
+            info = self.path.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
+
+    def load(self) -> TokenFile:
+        return load(self.path)
+
+    def save(self, content: TokenFile) -> object | None:
+        """Write the record; its new version."""
+        save(self.path, content)
+        return self.version()
+
+    def remove(self) -> bool:
+        return remove(self.path)

@@ -102,6 +102,16 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         body TEXT NOT NULL
     );
     """,
+    """
+    -- Upstream OAuth logins (wire/oauth_pg.py), one per worker id: the record a worker of that id
+    -- reads on every replica. `version` takes a new value of its sequence at every write.
+    CREATE TABLE oauth_logins (
+        worker TEXT PRIMARY KEY,
+        body TEXT NOT NULL,
+        version BIGSERIAL NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL
+    );
+    """,
 )
 
 

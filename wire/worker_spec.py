@@ -19,6 +19,9 @@ class WorkerSpec(msgspec.Struct, kw_only=True, frozen=True):
     call_timeout: float = 120.0
     log_level: str = "info"
     sandbox: SandboxPlan | None = None  # a stdio upstream's sandbox; None: it runs as mcpvisor does
+    # The shared store (`state_url`, as written: references resolve in the worker) where a remote
+    # upstream's OAuth login is kept; "": in the data dir. Never given to a stdio server's worker.
+    state_url: str = ""
 
 
 def encode(spec: WorkerSpec) -> str:

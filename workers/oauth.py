@@ -17,8 +17,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncGenerator, Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Union, cast
 
 import httpx2
 import trio
@@ -40,7 +39,11 @@ from mcpvisor.wire import oauth_store
 from mcpvisor.wire.config import UpstreamOAuth
 from mcpvisor.wire.secrets import resolve
 
+if TYPE_CHECKING:  # the database driver loads only with a shared store
+    from mcpvisor.wire.oauth_pg import RefreshHold, SharedRecord
+
 log = logging.getLogger(__name__)
+Record = Union[oauth_store.FileRecord, "SharedRecord"]
 
 CLIENT_NAME = "mcpvisor"
 REFRESH_AHEAD = 60.0  # refresh this long before the access token expires (a quarter of short lifetimes)
@@ -62,14 +65,14 @@ class _Storage:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         self.auth.context.current_tokens = tokens
-        self.auth.save()
+        await self.auth.save()
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         return self.auth.context.client_info
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self.auth.context.client_info = client_info
-        self.auth.save()
+        await self.auth.save()
 
 
 class Challenge:
@@ -102,12 +105,16 @@ class Challenge:
 
 
 class UpstreamAuth(OAuthClientProvider):
-    """An httpx2 Auth for one upstream: tokens from the worker's token file, refreshed ahead of expiry."""
+    """An httpx2 Auth for one upstream: tokens from the worker's login record, refreshed ahead of expiry.
+
+    The record is a file (`oauth_store.FileRecord`) or, with a shared store, a row every replica
+    reads (`oauth_pg.SharedRecord`); its calls block on the store, so they are made from threads.
+    """
 
     def __init__(
         self,
         server_url: str,
-        token_file: Path,
+        record: Record,
         settings: UpstreamOAuth | None,
         on_challenge: Callable[[Challenge], None],
         *,
@@ -130,11 +137,11 @@ class UpstreamAuth(OAuthClientProvider):
             callback_handler=self._wait_for_callback,
             client_metadata_url=settings.client_metadata_url,
         )
-        self.token_file = token_file
+        self.record = record
         self.settings = settings
         self._on_challenge = on_challenge
         self._refresh_lock = trio.Lock()
-        self._seen_version: tuple[int, int] | None = None  # the token file as this worker last read or wrote it
+        self._seen_version: object | None = None  # the record as this worker last read or wrote it
         self.challenge: Challenge | None = None
         self.reason = ""  # why a login is needed, while one is
         # The login in progress: its URL is handed to the operator, the callback brings the code.
@@ -144,23 +151,31 @@ class UpstreamAuth(OAuthClientProvider):
         self._code: trio.MemorySendChannel[AuthorizationCodeResult] | None = None
         self._code_in: trio.MemoryReceiveChannel[AuthorizationCodeResult] | None = None
 
-    # -- the token file --------------------------------------------------------------------------
+    # -- the login record ------------------------------------------------------------------------
 
-    def file_version(self) -> tuple[int, int] | None:
-        """The token file's (mtime, size): another worker sharing it (`oauth.shared`) may have written it."""
-        try:
-            info = self.token_file.stat()
-        except OSError:
-            return None
-        return info.st_mtime_ns, info.st_size
+    async def record_version(self) -> object | None:
+        """What changes whenever the record is written: another worker (`oauth.shared`) or replica may have."""
+        return await trio.to_thread.run_sync(self.record.version)
+
+    @property
+    def seen_version(self) -> object | None:
+        return self._seen_version
 
     def reload(self) -> None:
-        """Take the token file as it is now at the next request (another worker refreshed or logged in)."""
+        """Take the record as it is now at the next request (another worker refreshed or logged in)."""
         self._initialized = False
 
     async def _initialize(self) -> None:
-        self._seen_version = self.file_version()
-        stored = oauth_store.load(self.token_file)
+        stored, version = await trio.to_thread.run_sync(self._read)
+        self._adopt(stored, version)
+
+    def _read(self) -> tuple[oauth_store.TokenFile, object | None]:
+        version = self.record.version()
+        return self.record.load(), version
+
+    def _adopt(self, stored: oauth_store.TokenFile, version: object | None) -> None:
+        """Take `stored` (as of `version`) as this worker's tokens, registration and metadata."""
+        self._seen_version = version
         context = self.context
         try:
             context.current_tokens = OAuthToken.model_validate(stored.tokens) if stored.tokens else None
@@ -194,31 +209,41 @@ class UpstreamAuth(OAuthClientProvider):
             token_endpoint_auth_method="client_secret_basic" if secret else "none",
         )
 
-    def save(self) -> None:
+    def _content(self) -> oauth_store.TokenFile:
         context = self.context
         tokens = context.current_tokens
         if tokens is not None and tokens.expires_in is not None and context.token_expiry_time is None:
             context.update_token_expiry(tokens)
         client = context.client_info
-        oauth_store.save(
-            self.token_file,
-            oauth_store.TokenFile(
-                tokens=tokens.model_dump(mode="json", exclude_none=True) if tokens else None,
-                expires_at=context.token_expiry_time if tokens else None,
-                # A client the operator configured lives in the config; its secret is never copied here.
-                client=client.model_dump(mode="json", exclude_none=True)
-                if client and not self.settings.client_id
-                else None,
-                server_metadata=_dump(context.oauth_metadata),
-                resource_metadata=_dump(context.protected_resource_metadata),
-            ),
+        return oauth_store.TokenFile(
+            tokens=tokens.model_dump(mode="json", exclude_none=True) if tokens else None,
+            expires_at=context.token_expiry_time if tokens else None,
+            # A client the operator configured lives in the config; its secret is never copied here.
+            client=client.model_dump(mode="json", exclude_none=True)
+            if client and not self.settings.client_id
+            else None,
+            server_metadata=_dump(context.oauth_metadata),
+            resource_metadata=_dump(context.protected_resource_metadata),
         )
-        self._seen_version = self.file_version()
 
-    def forget(self) -> None:
+    async def save(self) -> None:
+        content = self._content()
+        with trio.CancelScope(shield=True):  # a record half known to be written would be reread wrongly
+            self._seen_version = await trio.to_thread.run_sync(self.record.save, content)
+
+    async def _commit(self, hold: RefreshHold | None) -> None:
+        """Store the tokens a refresh brought (or dropped): through its hold of the shared record, or plainly."""
+        if hold is None:
+            await self.save()
+            return
+        content = self._content()
+        with trio.CancelScope(shield=True):
+            self._seen_version = await trio.to_thread.run_sync(hold.commit, content)
+
+    async def forget(self) -> None:
         """Drop the tokens (logout); the registration and the servers' metadata stay for the next login."""
         self.context.clear_tokens()
-        self.save()
+        await self.save()
 
     @property
     def expires_at(self) -> float | None:
@@ -243,15 +268,23 @@ class UpstreamAuth(OAuthClientProvider):
 
     async def _auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         """Attach the token, refresh it when due or refused once, else record the challenge."""
-        if not self._initialized or (self.settings.shared and self.file_version() != self._seen_version):
-            # A shared login's file is written by every worker that refreshes it: take the newest.
+        if not self._initialized or (
+            self.settings.shared and not self.record.shared_store and await self.record_version() != self._seen_version
+        ):
+            # A shared login's file is written by every worker that refreshes it: take the newest. (In
+            # the shared store, the worker's watch and the re-read before a refresh do that.)
             await self._initialize()
         self.context.protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if self._refresh_due():
             async with self._refresh_lock:
                 if self._refresh_due():
-                    response = yield await self._refresh_token()
-                    await self._refreshed(response)
+                    hold = await self._begin_refresh(None)
+                    if hold is not False:
+                        try:
+                            response = yield await self._refresh_token()
+                            await self._refreshed(response, hold)
+                        finally:
+                            await _release(hold)
         sent = self._attach(request)
         response = yield request
         if not _challenged(response):
@@ -261,8 +294,13 @@ class UpstreamAuth(OAuthClientProvider):
                 current = self.context.current_tokens
                 # Another request may have refreshed meanwhile; else this one tries, once.
                 if current is not None and current.access_token == sent and self.context.can_refresh_token():
-                    refresh = yield await self._refresh_token()
-                    await self._refreshed(refresh)
+                    hold = await self._begin_refresh(sent)
+                    if hold is not False:
+                        try:
+                            refresh = yield await self._refresh_token()
+                            await self._refreshed(refresh, hold)
+                        finally:
+                            await _release(hold)
             if self.has_tokens and self.context.current_tokens.access_token != sent:  # type: ignore[union-attr]
                 self._attach(request)
                 response = yield request
@@ -278,20 +316,44 @@ class UpstreamAuth(OAuthClientProvider):
         request.headers["Authorization"] = f"Bearer {tokens.access_token}"
         return tokens.access_token
 
-    async def _refreshed(self, response: httpx2.Response) -> None:
+    async def _begin_refresh(self, refused: str | None) -> RefreshHold | Literal[False] | None:
+        """Before spending the refresh token: in the shared store, take the record's lock and read it again.
+
+        False: another replica refreshed meanwhile (or its tokens differ from the `refused` one), and
+        this worker now has its tokens; a hold: refresh now, under the lock, and commit through it;
+        None: a file, refresh now. Spending a refresh token another replica already rotated would
+        make many authorization servers revoke the whole grant.
+        """
+        record = self.record
+        if not record.shared_store:
+            return None
+        hold, stored, version = await trio.to_thread.run_sync(cast("SharedRecord", record).hold)
+        mine = self.context.current_tokens
+        expected = refused or (mine.access_token if mine else None)
+        if not stored.tokens or stored.tokens.get("access_token") != expected:
+            # Refreshed by another replica, or logged out there: take the record as it is, refresh nothing.
+            await _release(hold)
+            self._adopt(stored, version)
+            if not self.has_tokens:
+                self.reason = "logged out"
+            return False
+        self._adopt(stored, version)  # the refresh token as stored, whatever this worker last read
+        return hold
+
+    async def _refreshed(self, response: httpx2.Response, hold: RefreshHold | None = None) -> None:
         if await self._handle_refresh_response(response):
             log.info("upstream %s: access token refreshed", self.context.server_url)
-            self.save()  # the SDK stored the tokens; the expiry goes with them
+            await self._commit(hold)  # the SDK stored the tokens; the expiry goes with them
             return
-        if self.settings.shared and self.file_version() != self._seen_version:
+        if hold is None and self.settings.shared and await self.record_version() != self._seen_version:
             # Another worker refreshed the shared login first (its refresh token is the new one).
             await self._initialize()
             if self.has_tokens:
                 return
-        # The SDK dropped the tokens from memory; the file must not bring them back.
+        # The SDK dropped the tokens from memory; the record must not bring them back.
         self._initialized = True
         self.context.clear_tokens()
-        self.save()
+        await self._commit(hold)
         self.reason = f"the authorization server refused to refresh the token (HTTP {response.status_code})"
         log.warning("upstream %s: %s", self.context.server_url, self.reason)
 
@@ -335,7 +397,7 @@ class UpstreamAuth(OAuthClientProvider):
             self._code = self._code_in = None
         self.challenge = None
         self.reason = ""
-        self.save()
+        await self.save()
 
     async def _drive(self, challenge: Challenge, http: httpx2.AsyncClient) -> None:
         """Step the SDK's own flow: its requests are sent, the challenged one is answered from the record."""
@@ -418,6 +480,12 @@ class UpstreamAuth(OAuthClientProvider):
             # A second redirect with the same state (a reload of the page) finds the code taken.
             with contextlib.suppress(trio.WouldBlock):
                 self._code.send_nowait(result)
+
+
+async def _release(hold: RefreshHold | Literal[False] | None) -> None:
+    if hold:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(hold.close)
 
 
 def _registered_elsewhere(client: OAuthClientInformationFull, redirect_uri: str) -> bool:

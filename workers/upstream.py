@@ -31,8 +31,9 @@ from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.logs import RotatingFile, log_stem, tail_lines
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
+from mcpvisor.wire.state_url import StateStoreError
 from mcpvisor.wire.states import UpstreamState
-from mcpvisor.workers.oauth import Challenge, UpstreamAuth
+from mcpvisor.workers.oauth import Challenge, Record, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
     FORWARDED_NOTIFICATIONS,
@@ -182,6 +183,7 @@ def backoff_delay(attempt: int, cap: float, *, base: float = 0.5, jitter: float 
 
 SECRET_RECHECK_MAX = 10.0  # a missing secret is looked for again at most this often
 SHARED_LOGIN_CHECK = 2.0  # how often a tenant's worker of a shared login looks for the operator's
+LOGIN_WATCH = 1.0  # how often a worker reads its login's version in the shared store (another replica's logout)
 
 
 class Upstream:
@@ -196,6 +198,7 @@ class Upstream:
         hooks: ClientHooks | None = None,
         *,
         sandbox: SandboxPlan | None = None,
+        state_url: str = "",
     ) -> None:
         self.name = name
         self.sandbox = sandbox
@@ -228,9 +231,21 @@ class Upstream:
         # One operator login for every tenant (a service account), or each tenant's own (the default).
         self.shared_login = server.oauth is not None and server.oauth.shared
         if server.kind != "stdio" and server.url and not any(k.lower() == "authorization" for k in server.headers):
-            # The supervisor keeps logs in DATA_DIR/logs; the token files live beside them.
-            token_file = oauth_store.token_file_of(log_dir.parent, name, shared=self.shared_login)
-            self.auth = UpstreamAuth(server.url, token_file, server.oauth, self._challenged, sse=server.kind == "sse")
+            record: Record
+            if state_url:
+                # The database driver loads only with a shared store.
+                from mcpvisor.wire.oauth_pg import SharedRecord
+                from mcpvisor.wire.state_pg import PostgresState
+
+                # Every replica's worker of this id reads the one record in the shared store.
+                key = name.rpartition("/")[2] if self.shared_login else name
+                record = SharedRecord(PostgresState(state_url, max_size=1), key)
+            else:
+                # The supervisor keeps logs in DATA_DIR/logs; the token files live beside them.
+                record = oauth_store.FileRecord(
+                    oauth_store.token_file_of(log_dir.parent, name, shared=self.shared_login)
+                )
+            self.auth = UpstreamAuth(server.url, record, server.oauth, self._challenged, sse=server.kind == "sse")
         self._needs_login = False
         self._logged_in = trio.Event()
         self.waiting_for_secret = False  # a secret this worker's references name is missing
@@ -298,6 +313,8 @@ class Upstream:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._serve_pings, session)
                         nursery.start_soon(self._serve_polling, session)
+                        if self.auth is not None and self.auth.record.shared_store:
+                            nursery.start_soon(self._serve_login_watch)
                         await self._lost.wait()
                         nursery.cancel_scope.cancel()
                     # Fail what is in flight and refuse new calls now, not after the teardown.
@@ -436,21 +453,66 @@ class Upstream:
         return f"{reason}: run `mcpvisor ctl login {self.name}`"
 
     async def _wait_for_login(self) -> None:
-        """Until a login completes; a shared login's tenant workers also watch the operator's file."""
-        if not (self.shared_login and self.tenant and self.auth is not None):
+        """Until a login completes; a shared login's tenant workers also watch the operator's file, and
+        with a shared store every worker watches its record (a login through another replica)."""
+        auth = self.auth
+        shared_store = auth is not None and auth.record.shared_store
+        if auth is None or not (shared_store or (self.shared_login and self.tenant)):
             await self._logged_in.wait()
             return
-        seen = self.auth.file_version()
+        seen = await self._record_version(auth.seen_version)
         while True:
-            with trio.move_on_after(SHARED_LOGIN_CHECK):
+            with trio.move_on_after(LOGIN_WATCH if shared_store else SHARED_LOGIN_CHECK):
                 await self._logged_in.wait()
                 return
-            if self.auth.file_version() != seen:
-                seen = self.auth.file_version()
-                if oauth_store.load(self.auth.token_file).tokens:
-                    self.auth.reload()  # the next request reads the operator's tokens
+            version = await self._record_version(seen)
+            if version != seen:
+                seen = version
+                stored = await self._record_load()
+                if stored is not None and stored.tokens:
+                    auth.reload()  # the next request reads the tokens another worker or replica stored
                     self._needs_login = False
                     return
+
+    async def _record_version(self, fallback: object | None) -> object | None:
+        """The login record's version; `fallback` while the shared store cannot be reached (retried)."""
+        assert self.auth is not None
+        try:
+            return await self.auth.record_version()
+        except StateStoreError as exc:
+            log.warning("upstream %s: %s", self.name, exc)
+            return fallback
+
+    async def _record_load(self) -> oauth_store.TokenFile | None:
+        """The login record as stored; None while the shared store cannot be reached (retried)."""
+        assert self.auth is not None
+        try:
+            return await trio.to_thread.run_sync(self.auth.record.load)
+        except StateStoreError as exc:
+            log.warning("upstream %s: %s", self.name, exc)
+            return None
+
+    async def _serve_login_watch(self) -> None:
+        """With a shared store: a logout or a new login through another replica reaches this worker too."""
+        auth = self.auth
+        assert auth is not None
+        while True:
+            await trio.sleep(LOGIN_WATCH)
+            seen = auth.seen_version
+            version = await self._record_version(seen)
+            if version == seen:
+                continue
+            stored = await self._record_load()
+            if stored is None:
+                continue
+            if stored.tokens:
+                auth.reload()  # refreshed or logged in again elsewhere: the next request reads it
+                continue
+            auth.reload()
+            auth.reason = "logged out"
+            self._needs_login = True
+            self.mark_lost(self.login_hint())
+            return
 
     def _challenged(self, challenge: Challenge) -> None:
         """A request met a challenge its tokens could not answer (see workers/oauth.py)."""
@@ -474,11 +536,11 @@ class Upstream:
         if self.state is UpstreamState.AUTHENTICATING:
             self._set_state(UpstreamState.AUTHENTICATING, self.login_hint())
 
-    def logged_out(self) -> None:
+    async def logged_out(self) -> None:
         """Forget the tokens and drop the connection; the next one needs a login."""
         if self.auth is None:
             return
-        self.auth.forget()
+        await self.auth.forget()
         self.auth.reason = "logged out"
         self._needs_login = True
         if self.session is not None:

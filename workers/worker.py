@@ -58,7 +58,13 @@ class Worker:
         self.sock = sock
         self.control = control
         self.upstream = Upstream(
-            spec.id, spec.server, Path(spec.log_dir), self._catalog_changed, WorkerHooks(self), sandbox=spec.sandbox
+            spec.id,
+            spec.server,
+            Path(spec.log_dir),
+            self._catalog_changed,
+            WorkerHooks(self),
+            sandbox=spec.sandbox,
+            state_url=spec.state_url,
         )
         self._inflight: dict[int, _Call] = {}
         self._asks: PendingReplies[int, tuple[Answer, bytes | None]] = PendingReplies()
@@ -232,15 +238,15 @@ class Worker:
                 raise LoginError("oauth_login needs a redirect_uri")
             return await logins.start(redirect_uri, nursery)
         if cmd.name == "oauth_logout":
-            return self._log_out(by="operator")
+            return await self._log_out(by="operator")
         raise LoginError(f"unknown worker command {cmd.name[:40]!r}")
 
-    def _log_out(self, *, by: str) -> dict[str, Any]:
+    async def _log_out(self, *, by: str) -> dict[str, Any]:
         auth = self.upstream.auth
         connected = auth is not None and auth.has_tokens
         if self.logins is not None:
             self.logins.cancel()
-        self.upstream.logged_out()
+        await self.upstream.logged_out()
         self._account_event("logout", by, connected=connected)
         return {"name": self.spec.id, "connected": connected}
 
@@ -278,7 +284,7 @@ class Worker:
                 return
         else:
             assert msg.method == LOGOUT_METHOD
-            answer = self._log_out(by="tenant")
+            answer = await self._log_out(by="tenant")
         await self.sock.send_multipart(codec.calls.encode(Response(id=msg.id), _json_encode(answer)))
 
     def _busy_message(self) -> str:

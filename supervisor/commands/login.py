@@ -65,7 +65,7 @@ async def logout(sup: Supervisor, args: Name) -> dict[str, Any]:
     program = sup.programs.get(f"worker:{args.name}")
     if program is None or program.pid is None or not config.enabled:
         # No worker runs it (disabled, or a tenant's idle one): forget the stored tokens directly.
-        had = oauth_store.remove(oauth_store.token_path(sup.data_dir, args.name))
+        had = await sup.remove_login(args.name)
         if had:
             with contextlib.suppress(CommandError):  # the activity log is the frontend's; it may be down
                 await sup.ask_frontend("account", args.name, ["logout"])
@@ -92,7 +92,7 @@ async def logins(sup: Supervisor, args: Args) -> list[dict[str, Any]]:
     `mcpvisor ctl logout NAME` disconnects one.
     """
     rows = []
-    for worker, expires in oauth_store.logins(sup.data_dir):
+    for worker, expires in (await sup.stored_logins()).items():
         tenant, _, server = worker.rpartition("/")
         config = sup.config.servers.get(server)
         shared = not tenant and config is not None and config.oauth is not None and config.oauth.shared

@@ -69,11 +69,15 @@ async def status(sup: Supervisor, args: StatusArgs) -> list[dict[str, Any]]:
         if args.tenant not in sup.config.tenants:
             raise CommandError(f"{args.tenant}: no such tenant", EXIT_UNKNOWN)
         prefix = f"{args.tenant}/"
-        rows = [sup.status_row(p) for p in sup.programs.values() if sup.display_name(p).startswith(prefix)]
+        logins = await sup.stored_logins()
+        rows = [sup.status_row(p, logins) for p in sup.programs.values() if sup.display_name(p).startswith(prefix)]
         return sorted(rows, key=lambda row: row["name"])
     if args.names:
-        return [sup.status_row(program) for program in sup.resolve(args.names, allow_all=True)]
-    rows = [sup.status_row(program) for program in sup.programs.values()]
+        programs = sup.resolve(args.names, allow_all=True)
+        logins = await sup.stored_logins()
+        return [sup.status_row(program, logins) for program in programs]
+    logins = await sup.stored_logins()
+    rows = [sup.status_row(program, logins) for program in sup.programs.values()]
     for name, server in sup.config.servers.items():
         if not server.enabled:
             rows.append({"name": name, "state": "STOPPED", "description": "disabled", "pid": 0, "uptime": 0})

@@ -48,11 +48,15 @@ class OAuthUpstream:
 
 
 @asynccontextmanager
-async def oauth_upstream(log_dir: Path, *, access_ttl: int = 3600, sse: bool = False) -> AsyncIterator[OAuthUpstream]:
+async def oauth_upstream(
+    log_dir: Path, *, access_ttl: int = 3600, sse: bool = False, reuse_revokes: bool = False
+) -> AsyncIterator[OAuthUpstream]:
     port, as_port = free_port(), free_port()
     command = [sys.executable, str(UPSTREAMS / "oauth_upstream.py"), "--port", str(port), "--as-port", str(as_port)]
     if sse:
         command.append("--sse")
+    if reuse_revokes:
+        command.append("--reuse-revokes")
     with open(log_dir / "oauth-upstream.log", "wb") as log:
         process = subprocess.Popen(
             [*command, "--access-ttl", str(access_ttl)], stdout=log, stderr=log, start_new_session=True

@@ -4,7 +4,9 @@
 - on A, an authorization server: RFC 8414 metadata, dynamic registration (RFC 7591), an
   authorization endpoint that approves at once (it plays a user who clicks "allow") and redirects
   with `code`, `state` and `iss` (RFC 9207), and a token endpoint that checks PKCE (S256), the
-  redirect URI and the `resource` (RFC 8707), and rotates refresh tokens. `/admin/revoke` revokes
+  redirect URI and the `resource` (RFC 8707), and rotates refresh tokens; with `--reuse-revokes`, a
+  refresh token used a second time revokes its whole grant, as OAuth 2.1 §4.3.1 advises for
+  rotation (counted as `reused_refreshes`). `/admin/revoke` revokes
   every token (a user withdrawing consent), `/admin/revoke?only=access` the access tokens only;
   `/admin/stats` counts what happened. The person logged in at the authorization server is the
   browser's `user` cookie (default `someone`); each grant is that person's.
@@ -49,6 +51,7 @@ class Grant:
     resource: str
     expires_at: float = 0.0
     user: str = "someone"
+    family: str = ""  # the login this token descends from, by refresh after refresh
 
 
 @dataclass
@@ -56,13 +59,24 @@ class State:
     issuer: str
     resource: str
     access_ttl: int
+    reuse_revokes: bool = False
+    spent: dict[str, str] = field(default_factory=dict)  # used refresh token -> its grant's family
     clients: dict[str, dict[str, Any]] = field(default_factory=dict)
     codes: dict[str, tuple[Grant, str, str]] = field(default_factory=dict)  # code -> grant, challenge, redirect
     access: dict[str, Grant] = field(default_factory=dict)
     refresh: dict[str, Grant] = field(default_factory=dict)
     stats: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
-            ("registrations", "authorizations", "codes", "refreshes", "refused_refreshes", "refused_tokens"), 0
+            (
+                "registrations",
+                "authorizations",
+                "codes",
+                "refreshes",
+                "refused_refreshes",
+                "refused_tokens",
+                "reused_refreshes",
+            ),
+            0,
         )
     )
 
@@ -112,7 +126,11 @@ def authorization_server(state: State) -> Starlette:
         state.stats["authorizations"] += 1
         code = secrets.token_urlsafe(24)
         grant = Grant(
-            q["client_id"], q.get("scope", READ_SCOPE), q["resource"], user=request.cookies.get("user", "someone")
+            q["client_id"],
+            q.get("scope", READ_SCOPE),
+            q["resource"],
+            user=request.cookies.get("user", "someone"),
+            family=secrets.token_urlsafe(8),
         )
         state.codes[code] = (grant, q["code_challenge"], q["redirect_uri"])
         back = {"code": code, "state": q.get("state", ""), "iss": state.issuer}
@@ -135,7 +153,16 @@ def authorization_server(state: State) -> Starlette:
             state.stats["codes"] += 1
             return _issue(grant)
         if get("grant_type") == "refresh_token":
-            grant = state.refresh.pop(get("refresh_token"), None)  # rotation: each refresh token works once
+            used = get("refresh_token")
+            grant = state.refresh.pop(used, None)  # rotation: each refresh token works once
+            family = state.spent.get(used)
+            if grant is None and family is not None and state.reuse_revokes:
+                # A refresh token used twice: stolen, or a client that lost track. End the whole grant.
+                state.stats["reused_refreshes"] += 1
+                state.access = {key: value for key, value in state.access.items() if value.family != family}
+                state.refresh = {key: value for key, value in state.refresh.items() if value.family != family}
+            if grant is not None:
+                state.spent[used] = grant.family
             if grant is None or get("client_id") != grant.client_id:
                 state.stats["refused_refreshes"] += 1
                 return _error(400, "invalid_grant", "unknown, used or revoked refresh token")
@@ -145,7 +172,9 @@ def authorization_server(state: State) -> Starlette:
 
     def _issue(grant: Grant) -> Response:
         access, refresh = f"at-{secrets.token_urlsafe(24)}", f"rt-{secrets.token_urlsafe(24)}"
-        issued = Grant(grant.client_id, grant.scope, grant.resource, time.time() + state.access_ttl, grant.user)
+        issued = Grant(
+            grant.client_id, grant.scope, grant.resource, time.time() + state.access_ttl, grant.user, grant.family
+        )
         state.access[access] = issued
         state.refresh[refresh] = issued
         return JSONResponse(
@@ -272,10 +301,10 @@ def _with_header(send: Any, challenge: str) -> Any:
     return sending
 
 
-async def serve(port: int, as_port: int, access_ttl: int, sse: bool) -> None:
+async def serve(port: int, as_port: int, access_ttl: int, sse: bool, reuse_revokes: bool = False) -> None:
     base, issuer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{as_port}"
     path = "/sse" if sse else "/mcp"
-    state = State(issuer=issuer, resource=f"{base}{path}", access_ttl=access_ttl)
+    state = State(issuer=issuer, resource=f"{base}{path}", access_ttl=access_ttl, reuse_revokes=reuse_revokes)
     server = build("oauth-echo")
 
     @server.tool(description="Write a note (needs the notes:write scope).")
@@ -301,8 +330,9 @@ def main() -> None:
     parser.add_argument("--as-port", type=int, required=True, help="the authorization server's port")
     parser.add_argument("--access-ttl", type=int, default=3600, help="access token lifetime in seconds")
     parser.add_argument("--sse", action="store_true", help="legacy SSE at /sse instead of streamable HTTP at /mcp")
+    parser.add_argument("--reuse-revokes", action="store_true", help="a refresh token used twice revokes its grant")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.as_port, args.access_ttl, args.sse))
+    asyncio.run(serve(args.port, args.as_port, args.access_ttl, args.sse, args.reuse_revokes))
 
 
 if __name__ == "__main__":
