@@ -110,6 +110,18 @@ async def test_two_replicas_refreshing_a_rotating_token_keep_the_grant(tmp_path:
                     answer = await client.call_tool("remote:echo", {"text": "still in"})
                     assert not answer.is_error, answer
 
+            # Access tokens refused before their time: each replica's next request meets a 401, and
+            # the one that does not refresh first re-reads the store and takes the new token.
+            before = await upstream.stats()
+            await upstream.revoke_access_tokens()
+            for stack in (first, second):
+                async with stack.client() as client:
+                    answer = await client.call_tool("remote:echo", {"text": "after a 401"})
+                    assert not answer.is_error and answer.content[0].text == "after a 401", answer
+            after = await upstream.stats()
+            assert after["refused_tokens"] > before["refused_tokens"] and after["refreshes"] > before["refreshes"]
+            assert after["reused_refreshes"] == 0 and after["refused_refreshes"] == 0, after
+
             # The authorization server really ends the grant when a refresh token is spent twice:
             # what an uncoordinated replica would have caused.
             record = stored_login(postgres_url, "remote")
