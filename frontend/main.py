@@ -191,6 +191,7 @@ async def run(
         metrics=shared.metrics,
         resource_metadata=ResourceMetadata(oauth) if oauth is not None else None,
         operator_surfaces={API_PREFIX: admin_api, CONSOLE_PREFIX: Console(door)},
+        sandboxed=shared.sandboxed,
     )
 
     config = HypercornConfig()

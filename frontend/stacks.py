@@ -43,6 +43,7 @@ from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.tools.builtins import Builtins
 from mcpvisor.frontend.tools.code_execution import Confinement
 from mcpvisor.frontend.tools.response_cache import ResponseCache
+from mcpvisor.wire import sandboxing
 from mcpvisor.wire.config import RegistryConfig, SearchConfig, ServerConfig, Settings, TenantConfig
 from mcpvisor.wire.states import UpstreamState
 
@@ -82,6 +83,10 @@ class Shared:
     def on_demand(self) -> bool:
         """Workers start on use and stop when idle: tenants are configured (supervisor/supervisor.py)."""
         return bool(self.tenants)
+
+    def sandboxed(self) -> bool:
+        """Whether some server's process runs in a sandbox now (tenants' always do, but tokens guard them)."""
+        return any(sandboxing.wanted(self.settings, server, None) for server in self.servers.values())
 
     def servers_of(self, tenant: str) -> dict[str, ServerConfig]:
         """The servers table a tenant's clients see ("" : every server)."""

@@ -159,6 +159,7 @@ class Gateway:
         metrics: Metrics | None = None,
         operator_surfaces: dict[str, ASGIApp] | None = None,
         resource_metadata: ResourceMetadata | None = None,
+        sandboxed: Callable[[], bool] = lambda: False,
     ) -> None:
         self.stacks = stacks
         self.metrics = metrics
@@ -167,7 +168,10 @@ class Gateway:
         self.operator_surfaces = operator_surfaces or {}
         # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
         self.boundary = Boundary(
-            local_users_only=local_users_only and is_loopback(host), max_body=max_body, authenticator=authenticator
+            local_users_only=local_users_only and is_loopback(host),
+            max_body=max_body,
+            authenticator=authenticator,
+            sandboxed=sandboxed,
         )
         self.limits = TenantLimits(stacks.shared.tenants)
 

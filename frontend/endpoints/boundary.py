@@ -3,7 +3,8 @@
 Two checks, both cheap and both answered here with a clear 4xx:
 - who: with tenants or an issuer, a bearer token (frontend/endpoints/auth.py; 401 otherwise);
   on a loopback listener without them, the connection must come from the user running
-  mcpvisor or root (frontend/endpoints/peer.py). The principal is left in the scope;
+  mcpvisor or root (frontend/endpoints/peer.py), and, where any server is sandboxed, not from
+  inside a sandbox (whose processes run as that same user). The principal is left in the scope;
 - a JSON body sent to an MCP endpoint must be there, be UTF-8, hold no lone UTF-16 surrogate,
   nest at most MAX_DEPTH levels and fit in the body limit. Past this boundary the SDK and the fast
   path never meet such a body, so none of it can become a 500 or an internal error.
@@ -30,7 +31,7 @@ from mcpvisor.frontend.endpoints.auth import (
     bearer_token,
 )
 from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
-from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_uid
+from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_socket, peer_uid, sandboxed_holder
 from mcpvisor.wire.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
@@ -46,13 +47,24 @@ PARSE_ERROR: Final = -32700
 INVALID_REQUEST: Final = -32600
 BODY_KEY: Final = "mcpvisor.body"  # the JSON body the boundary read, for the tenant limits
 _PEER_UID: Final = "peer_uid"
+_SANDBOXED: Final = -1  # in place of a uid: the connection comes from inside a sandbox
 
 
 class Boundary:
     """Admits a request (returning the `receive` to go on with) or answers it with a 4xx (returning None)."""
 
-    def __init__(self, *, local_users_only: bool, max_body: int, authenticator: Authenticator | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        local_users_only: bool,
+        max_body: int,
+        authenticator: Authenticator | None = None,
+        sandboxed: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.local_users_only = local_users_only
+        # Whether some server runs in a sandbox now (the config can change): only then is a
+        # connection's socket looked for among sandboxed processes, which costs a walk of /proc.
+        self.sandboxed = sandboxed
         self.max_body = max_body
         self.authenticator = authenticator
         self._allowed_uids = owner_uids()
@@ -109,12 +121,17 @@ class Boundary:
         uid = facts.get(_PEER_UID) if facts is not None else None
         if uid is None:
             try:
-                uid = peer_uid((client[0], int(client[1])), (server[0], int(server[1])))
+                uid = self._owner((client[0], int(client[1])), (server[0], int(server[1])))
             except PeerUnknown as exc:
                 log.warning("refused a connection from %s:%s: %s", client[0], client[1], exc)
                 return f"{unknown}: {exc}."
             if facts is not None:
                 facts[_PEER_UID] = uid
+        if uid == _SANDBOXED:
+            return (
+                "This mcpvisor serves only the local user running it and root; this connection comes from "
+                "inside a server's sandbox, which may not call mcpvisor."
+            )
         if uid in self._allowed_uids:
             return None
         log.info("refused a connection from local uid %d", uid)
@@ -122,6 +139,16 @@ class Boundary:
             f"This mcpvisor serves only the local user running it (uid {os.getuid()}) and root; "
             f"this connection belongs to uid {uid}."
         )
+
+    def _owner(self, client: tuple[str, int], server: tuple[str, int]) -> int:
+        """The connection's uid, or _SANDBOXED when a process in a sandbox holds its client end."""
+        if not self.sandboxed():
+            return peer_uid(client, server)
+        uid, inode = peer_socket(client, server)
+        if uid in self._allowed_uids and (pid := sandboxed_holder(inode, uid)) is not None:
+            log.info("refused a connection from local uid %d held by process %d inside a sandbox", uid, pid)
+            return _SANDBOXED
+        return uid
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None when it is larger than the limit (read no further than that)."""

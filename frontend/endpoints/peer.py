@@ -8,6 +8,11 @@ table in `/proc/net/tcp` and `tcp6` is read instead (a walk of every socket on t
 milliseconds on a big one). No answer is cached here: a port is reused by the next connection,
 possibly another user's. The boundary keeps it for the connection it belongs to, where the
 listener keeps that connection's facts. Only the parsing of addresses is cached (the same few).
+
+A sandboxed upstream runs as that same user on a workstation (bwrap maps it through a user
+namespace), so where any server is sandboxed the uid is not enough: the socket's inode (in the
+same answer) is looked for among the open files of the processes that live in another PID or
+user namespace than ours, and a connection held by one of them is not the user's own.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ _NLMSG_ERROR: Final = 2
 _NO_COOKIE: Final = 0xFFFFFFFF
 _HEADER: Final = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
 _UID_OFFSET: Final = _HEADER.size + 4 + 48 + 12  # inet_diag_msg: family..retrans, sockid, expires..wqueue
+_INODE_OFFSET: Final = _UID_OFFSET + 4  # idiag_inode follows idiag_uid
+PROC: Final = Path("/proc")
+NAMESPACES: Final = ("pid", "user")  # a sandbox has its own of both; the frontend shares the host's
 # nlmsghdr, then inet_diag_req_v2: family, protocol, ext, pad, states; inet_diag_sockid: ports (in
 # network order, hence htons), addresses (16 bytes: struct pads an IPv4 one with zeros), interface, cookie.
 _REQUEST: Final = struct.Struct("=IHHIIBBBBIHH16s16sIII")
@@ -62,6 +70,13 @@ def peer_uid(
     client: tuple[str, int], server: tuple[str, int], tables: tuple[Path, ...] = TCP_TABLES, *, netlink: bool = True
 ) -> int:
     """The uid owning the client end of the TCP connection `client` -> `server` on this host."""
+    return peer_socket(client, server, tables, netlink=netlink)[0]
+
+
+def peer_socket(
+    client: tuple[str, int], server: tuple[str, int], tables: tuple[Path, ...] = TCP_TABLES, *, netlink: bool = True
+) -> tuple[int, int]:
+    """(uid, inode) of the client end of the TCP connection `client` -> `server` on this host."""
     try:
         pairs = list(zip(_forms(client[0]), _forms(server[0]), strict=False))
     except ValueError:
@@ -69,15 +84,15 @@ def peer_uid(
     if netlink:
         try:
             for local, remote in pairs:
-                if (uid := _diag_uid(local, client[1], remote, server[1])) is not None:
-                    return uid
+                if (found := _diag_socket(local, client[1], remote, server[1])) is not None:
+                    return found
         except OSError:
             pass  # no sock_diag here (kernel, seccomp): the tables tell the same, more slowly
-    return _table_uid(pairs, client[1], server[1], tables)
+    return _table_socket(pairs, client[1], server[1], tables)
 
 
-def _diag_uid(local: Address, local_port: int, remote: Address, remote_port: int) -> int | None:
-    """The owner of the TCP socket with exactly these ends, from sock_diag; None when there is none."""
+def _diag_socket(local: Address, local_port: int, remote: Address, remote_port: int) -> tuple[int, int] | None:
+    """(owner, inode) of the TCP socket with exactly these ends, from sock_diag; None when there is none."""
     family = socket.AF_INET if local.version == 4 else socket.AF_INET6
     message = _REQUEST.pack(
         _REQUEST.size,
@@ -102,15 +117,21 @@ def _diag_uid(local: Address, local_port: int, remote: Address, remote_port: int
         sock.settimeout(1.0)
         sock.sendto(message, (0, 0))
         answer = sock.recv(8192)
+    return parse_diag_answer(answer)
+
+
+def parse_diag_answer(answer: bytes) -> tuple[int, int] | None:
+    """(uid, inode) from a sock_diag answer; None for "no such socket"; OSError for any other."""
     _length, kind, _flags, _sequence, _port = _HEADER.unpack_from(answer)
     if kind == _NLMSG_ERROR:
         (code,) = struct.unpack_from("=i", answer, _HEADER.size)
         if -code == errno.ENOENT:
             return None  # no such socket (or no tcp_diag: the tables will tell)
         raise OSError(-code, os.strerror(-code))
-    if kind != _SOCK_DIAG_BY_FAMILY or len(answer) < _UID_OFFSET + 4:
+    if kind != _SOCK_DIAG_BY_FAMILY or len(answer) < _INODE_OFFSET + 4:
         raise OSError(errno.EPROTO, "unexpected sock_diag answer")
-    return struct.unpack_from("=I", answer, _UID_OFFSET)[0]
+    uid, inode = struct.unpack_from("=II", answer, _UID_OFFSET)
+    return uid, inode
 
 
 def _hex_address(address: Address, port: int) -> str:
@@ -120,10 +141,10 @@ def _hex_address(address: Address, port: int) -> str:
     return f"{words}:{port:04X}"
 
 
-def _table_uid(
+def _table_socket(
     pairs: list[tuple[Address, Address]], local_port: int, remote_port: int, tables: tuple[Path, ...]
-) -> int:
-    """The uid in the row of the kernel's socket table whose ends are one of `pairs`."""
+) -> tuple[int, int]:
+    """(uid, inode) in the row of the kernel's socket table whose ends are one of `pairs`."""
     read_any = False
     for table in tables:
         family = 4 if table.name == "tcp" else 6
@@ -142,8 +163,8 @@ def _table_uid(
         for line in text.splitlines()[1:]:
             # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
             fields = line.split()
-            if len(fields) > 7 and (fields[1], fields[2]) in wanted:
-                return int(fields[7])
+            if len(fields) > 9 and (fields[1], fields[2]) in wanted:
+                return int(fields[7]), int(fields[9])
     if not read_any:
         raise PeerUnknown(f"the kernel's socket table ({', '.join(map(str, tables))}) cannot be read here")
     raise PeerUnknown("the connection is not in the kernel's socket table (closed, or from another network namespace)")
@@ -152,3 +173,71 @@ def _table_uid(
 def owner_uids() -> frozenset[int]:
     """The uids allowed on a loopback listener without tokens: ours, and root."""
     return frozenset({os.getuid(), 0})
+
+
+def socket_link(inode: int) -> str:
+    """What `/proc/PID/fd/N` reads for a descriptor of the socket with this inode."""
+    return f"socket:[{inode}]"
+
+
+def other_namespace(ours: dict[str, str], theirs: dict[str, str]) -> bool:
+    """Whether a process whose namespace links are `theirs` lives in another namespace than `ours`."""
+    return any(theirs.get(kind) != link for kind, link in ours.items())
+
+
+def _namespaces(pid_dir: Path) -> dict[str, str]:
+    return {kind: os.readlink(pid_dir / "ns" / kind) for kind in NAMESPACES}
+
+
+def real_uid(status: str) -> int | None:
+    """The real uid in the text of `/proc/PID/status`, or None."""
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            fields = line.split()
+            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return None
+
+
+def sandboxed_holder(inode: int, uid: int, proc: Path = PROC) -> int | None:
+    """The pid of a process in another PID or user namespace than ours holding the socket `inode`, or None.
+
+    Only those processes' descriptors are read: on a host with many processes, few are sandboxed.
+    A process that leaves while it is looked at is no holder. One the kernel will not let us
+    inspect is another user's (ours, sandboxed ones included, we may inspect), and the socket
+    is `uid`'s: a process of `uid` that cannot be inspected is not ruled out, so the answer is
+    "unknown" (PeerUnknown).
+    """
+    if inode == 0:
+        raise PeerUnknown("the connection's socket is held by no process")
+    try:
+        ours = _namespaces(proc / "self")
+        entries = [entry for entry in os.listdir(proc) if entry.isdigit()]
+    except OSError as exc:
+        raise PeerUnknown(f"the processes of this host cannot be listed here ({exc.strerror})") from None
+    wanted = socket_link(inode)
+    for entry in entries:
+        pid_dir = proc / entry
+        try:
+            if not other_namespace(ours, _namespaces(pid_dir)):
+                continue
+            descriptors = os.listdir(pid_dir / "fd")
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # gone meanwhile
+        except OSError as exc:
+            if not pid_dir.exists() or (isinstance(exc, PermissionError) and _real_uid_of(pid_dir) not in (uid, None)):
+                continue
+            raise PeerUnknown(f"process {entry}'s namespaces or descriptors cannot be read ({exc.strerror})") from None
+        for descriptor in descriptors:
+            try:
+                if os.readlink(pid_dir / "fd" / descriptor) == wanted:
+                    return int(entry)
+            except OSError:
+                continue  # closed meanwhile
+    return None
+
+
+def _real_uid_of(pid_dir: Path) -> int | None:
+    try:
+        return real_uid((pid_dir / "status").read_text(encoding="ascii", errors="replace"))
+    except OSError:
+        return None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import socket
 import stat
+import struct
 import sys
 from pathlib import Path
 
@@ -13,7 +16,16 @@ import pytest
 from mcpvisor.frontend.endpoints import boundary
 from mcpvisor.frontend.endpoints.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
 from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
-from mcpvisor.frontend.endpoints.peer import PeerUnknown, peer_uid
+from mcpvisor.frontend.endpoints.peer import (
+    PeerUnknown,
+    other_namespace,
+    parse_diag_answer,
+    peer_socket,
+    peer_uid,
+    real_uid,
+    sandboxed_holder,
+    socket_link,
+)
 from mcpvisor.supervisor import configstore
 from mcpvisor.wire import logs
 from mcpvisor.wire.config import Settings
@@ -255,3 +267,103 @@ async def test_the_boundary_asks_who_is_connecting_once_per_connection(monkeypat
     # every request where the listener keeps no facts (hypercorn's connections).
     assert asked == [("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 1), ("127.0.0.1", 1)]
     assert [message["status"] for message in sent if "status" in message] == [403, 403]
+
+
+def test_the_table_row_gives_the_sockets_inode_too(tmp_path: Path) -> None:
+    table = tmp_path / "tcp"
+    client, server = ("127.0.0.1", 40000), ("127.0.0.1", 8080)
+    table.write_text("  sl  local_address rem_address\n" + _row(_hex4(*client), _hex4(*server), 1000))
+    assert peer_socket(client, server, (table,), netlink=False) == (1000, 12345)
+
+
+def test_a_sock_diag_answer_gives_uid_and_inode_and_an_error_is_no_answer() -> None:
+    # nlmsghdr, then inet_diag_msg: family, state, timer, retrans, sockid (48 bytes), expires,
+    # rqueue, wqueue, uid, inode.
+    body = struct.pack("=BBBB48xIIIII", socket.AF_INET, 1, 0, 0, 0, 0, 0, 1000, 987654)
+    answer = struct.pack("=IHHII", 16 + len(body), 20, 0, 1, 0) + body
+    assert parse_diag_answer(answer) == (1000, 987654)
+    missing = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -errno.ENOENT) + bytes(16)
+    assert parse_diag_answer(missing) is None
+    refused = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -errno.EPERM) + bytes(16)
+    with pytest.raises(OSError):
+        parse_diag_answer(refused)
+    with pytest.raises(OSError, match="unexpected"):
+        parse_diag_answer(answer[:-4])
+
+
+@linux_only
+def test_the_kernels_inode_is_the_one_the_clients_descriptor_names() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        with socket.socket() as client:
+            client.connect(listener.getsockname())
+            accepted, _ = listener.accept()
+            with accepted:
+                peer, ours = accepted.getpeername(), accepted.getsockname()
+                link = os.readlink(f"/proc/self/fd/{client.fileno()}")
+                for netlink in (True, False):
+                    uid, inode = peer_socket(peer, ours, netlink=netlink)
+                    assert (uid, socket_link(inode)) == (os.getuid(), link)
+
+
+def _process(proc: Path, pid: str, namespaces: dict[str, str], links: list[str], uid: int = 1000) -> None:
+    (proc / pid / "ns").mkdir(parents=True)
+    (proc / pid / "fd").mkdir()
+    for kind, target in namespaces.items():
+        (proc / pid / "ns" / kind).symlink_to(target)
+    for n, target in enumerate(links):
+        (proc / pid / "fd" / str(n)).symlink_to(target)
+    (proc / pid / "status").write_text(f"Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+
+
+HOST_NS = {"pid": "pid:[4026531836]", "user": "user:[4026531837]"}
+
+
+def test_a_socket_held_inside_another_namespace_is_found_and_ours_is_not(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    _process(proc, "self", HOST_NS, [])
+    _process(proc, "10", HOST_NS, ["socket:[111]", "/dev/null"])  # a host process: never looked into
+    _process(proc, "20", {**HOST_NS, "pid": "pid:[4026532001]"}, ["pipe:[5]", "socket:[222]"])
+    _process(proc, "30", {**HOST_NS, "user": "user:[4026532002]"}, ["socket:[333]"])
+    (proc / "net").mkdir()  # not a process
+    assert sandboxed_holder(111, 1000, proc) is None
+    assert sandboxed_holder(222, 1000, proc) == 20
+    assert sandboxed_holder(333, 1000, proc) == 30
+    assert sandboxed_holder(444, 1000, proc) is None
+    with pytest.raises(PeerUnknown, match="held by no process"):
+        sandboxed_holder(0, 1000, proc)
+    with pytest.raises(PeerUnknown, match="cannot be listed"):
+        sandboxed_holder(222, 1000, tmp_path / "nothing")
+
+
+def test_a_process_of_the_same_user_that_cannot_be_inspected_is_not_ruled_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = tmp_path / "proc"
+    _process(proc, "self", HOST_NS, [])
+    _process(proc, "40", HOST_NS, [], uid=1000)
+    readlink = os.readlink
+
+    def guarded(path: object) -> str:
+        # As the kernel answers for a process we may not trace (tests run as root, which may).
+        if "/40/" in str(path):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return readlink(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "readlink", guarded)
+    with pytest.raises(PeerUnknown, match="process 40"):
+        sandboxed_holder(222, 1000, proc)
+    # Another user's process: the socket is uid 2000's, and that process is not one of them.
+    assert sandboxed_holder(222, 2000, proc) is None
+    # One that left meanwhile is no holder.
+    shutil.rmtree(proc / "40")
+    assert sandboxed_holder(222, 1000, proc) is None
+
+
+def test_namespace_and_status_parsing() -> None:
+    assert not other_namespace(HOST_NS, dict(HOST_NS))
+    assert other_namespace(HOST_NS, {**HOST_NS, "user": "user:[1]"})
+    assert other_namespace(HOST_NS, {"pid": HOST_NS["pid"]})
+    assert real_uid("Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\n") == 1000
+    assert real_uid("Name:\tbash\n") is None
