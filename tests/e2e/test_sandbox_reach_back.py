@@ -1,0 +1,170 @@
+"""A sandboxed upstream on a workstation, tried as an attacker: it may not call mcpvisor's own endpoint.
+
+On a loopback listener without tokens, mcpvisor serves the user running it. Run as an ordinary
+user, bwrap maps a sandboxed upstream to that same user through a user namespace, so from inside
+the hostile workspace shell (tests/upstreams/shell_server.py) could POST `initialize` and
+`tools/call` to the listener and call every other server's tools. Here mcpvisor runs as a
+container's unprivileged user (tests/support/unprivileged.py) with the shell sandboxed: from
+inside, both are refused with the boundary's 403, while a client of that same user outside any
+sandbox is served. Run as root, the sandbox's uid is 2^30 and more, and is refused as another
+user's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.support.stack import Stack, echo_server, free_port, open_stack, python_server, stop_stack, write_config
+from tests.support.unprivileged import CONTAINER_UID, as_container_user, missing_tools
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.trio,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="system package missing: bubblewrap"),
+]
+
+# From inside the sandbox: POST one JSON-RPC message to the listener, print the status and body.
+POST = r"""
+import json, sys, urllib.request, urllib.error
+url, body = sys.argv[1], sys.argv[2]
+headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+           "mcp-protocol-version": "2025-06-18"}
+request = urllib.request.Request(url, data=body.encode(), headers=headers, method="POST")
+try:
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        print(answer.status, answer.read(2000).decode(errors="replace"))
+except urllib.error.HTTPError as exc:
+    print(exc.code, exc.read(2000).decode(errors="replace"))
+"""
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}},
+}
+CALL = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo:echo", "arguments": {"text": "hi"}}}
+
+
+def post_command(url: str, message: dict[str, Any]) -> str:
+    """The shell command that runs POST with the system python inside the sandbox."""
+    quoted = [POST, url, json.dumps(message)]
+    return "/usr/bin/python3 -c " + " ".join("'" + part.replace("'", "'\\''") + "'" for part in quoted)
+
+
+def outcome(result: object) -> str:
+    return " ".join(getattr(item, "text", "") for item in getattr(result, "content", []))
+
+
+async def attack(stack: Stack) -> list[str]:
+    """What the sandboxed shell's POSTs to the listener got back: one "STATUS BODY" line each."""
+    answers = []
+    async with stack.client() as client:
+        for message in (INITIALIZE, CALL):
+            result = await client.call_tool("shell:run", {"command": post_command(stack.direct_url, message)})
+            text = outcome(result)
+            assert "exit: 0" in text, text
+            answers.append(text.split("stdout:\n", 1)[1].split("\nstderr:", 1)[0].strip())
+    return answers
+
+
+@asynccontextmanager
+async def stack_as_user(base: Path, servers: dict[str, dict[str, Any]]) -> AsyncIterator[Stack]:
+    """`mcpvisor serve` as CONTAINER_UID (no capability, no_new_privs), its dirs that user's own."""
+    port = free_port()
+    data_dir, run_dir = base / "data", base / "run"
+    for path in (base, data_dir, run_dir):
+        path.mkdir(exist_ok=True)
+        os.chown(path, CONTAINER_UID, CONTAINER_UID)
+    config_path = base / "mcpvisor.toml"
+    settings = {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(data_dir)}
+    write_config(config_path, servers, settings)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(base),
+        "LANG": "C.UTF-8",
+        "XDG_RUNTIME_DIR": str(run_dir),
+    }
+    stash = Path(tempfile.mkdtemp(prefix="stash-", dir="/tmp"))
+    argv = as_container_user(
+        [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config_path)],
+        stash,
+        readable=[REPO],
+    )
+    with open(base / "supervisor.out", "ab") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=out, env=env, start_new_session=True)
+    stack = Stack(process, config_path, data_dir, run_dir / "mcpvisor", port, env)
+    try:
+        await stack.wait_ready(list(servers), timeout=120)
+        yield stack
+    finally:
+        await stop_stack(stack)
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        shutil.rmtree(stash, ignore_errors=True)
+
+
+SETPRIV = ("setpriv", f"--reuid={CONTAINER_UID}", f"--regid={CONTAINER_UID}", "--clear-groups", "--")
+
+
+def as_same_user(url: str, message: dict[str, Any]) -> str:
+    """The same POST by a process of the user running mcpvisor, outside any sandbox."""
+    done = subprocess.run(
+        [*SETPRIV, "/usr/bin/python3", "-c", POST, url, json.dumps(message)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+SERVERS = {"shell": python_server("shell_server.py", sandbox=True), "echo": echo_server()}
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or missing_tools() is not None, reason=str(missing_tools()))
+async def test_an_ordinary_users_sandboxed_upstream_cannot_call_mcpvisor() -> None:
+    if not Path("/usr/bin/python3").exists():  # noqa: ASYNC240
+        pytest.skip("no system python3 to run inside the sandbox")
+    # pytest's tmp dirs are root's alone (0700): the user's dirs must be where it can reach them.
+    base = Path(tempfile.mkdtemp(prefix="reach-back-", dir="/tmp"))
+    try:
+        async with stack_as_user(base, SERVERS) as stack:
+            initialize, call = await attack(stack)
+            for answer in (initialize, call):
+                assert answer.startswith("403 "), answer
+                assert "inside a server's sandbox" in json.loads(answer[4:])["message"]
+            # The same user outside a sandbox is served, on the same stack.
+            served = await trio.to_thread.run_sync(as_same_user, stack.direct_url, INITIALIZE)
+            assert served.startswith("200 ") and '"serverInfo"' in served, served
+            frontend = stack.log("frontend.log")
+            assert "inside a sandbox" in frontend
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mcpvisor as root gives the sandbox a uid of its own")
+async def test_roots_sandboxed_upstream_is_another_user_and_refused(tmp_path: Path) -> None:
+    if not Path("/usr/bin/python3").exists():  # noqa: ASYNC240
+        pytest.skip("no system python3 to run inside the sandbox")
+    async with open_stack(tmp_path, SERVERS, wait_for=["shell", "echo"]) as stack:
+        for answer in await attack(stack):
+            assert answer.startswith("403 "), answer
+            uid = int(json.loads(answer[4:])["message"].rsplit("uid ", 1)[1].rstrip("."))
+            assert uid >= 2**30
+        # The test's own client (root) is served on the same stack.
+        async with stack.client() as client:
+            assert "hi" in outcome(await client.call_tool("echo:echo", {"text": "hi"}))
