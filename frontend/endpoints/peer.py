@@ -185,8 +185,10 @@ def other_namespace(ours: dict[str, str], theirs: dict[str, str]) -> bool:
     return any(theirs.get(kind) != link for kind, link in ours.items())
 
 
-def _namespaces(pid_dir: Path) -> dict[str, str]:
-    return {kind: os.readlink(pid_dir / "ns" / kind) for kind in NAMESPACES}
+def _namespaces(pid_dir: str) -> dict[str, str]:
+    # Plain strings, not Paths: this runs for every process of the host, and pathlib's joins
+    # cost more than the system calls.
+    return {kind: os.readlink(f"{pid_dir}/ns/{kind}") for kind in NAMESPACES}
 
 
 def real_uid(status: str) -> int | None:
@@ -210,34 +212,35 @@ def sandboxed_holder(inode: int, uid: int, proc: Path = PROC) -> int | None:
     if inode == 0:
         raise PeerUnknown("the connection's socket is held by no process")
     try:
-        ours = _namespaces(proc / "self")
+        ours = _namespaces(f"{proc}/self")
         entries = [entry for entry in os.listdir(proc) if entry.isdigit()]
     except OSError as exc:
         raise PeerUnknown(f"the processes of this host cannot be listed here ({exc.strerror})") from None
     wanted = socket_link(inode)
     for entry in entries:
-        pid_dir = proc / entry
+        pid_dir = f"{proc}/{entry}"
         try:
             if not other_namespace(ours, _namespaces(pid_dir)):
                 continue
-            descriptors = os.listdir(pid_dir / "fd")
+            descriptors = os.listdir(f"{pid_dir}/fd")
         except (FileNotFoundError, ProcessLookupError):
             continue  # gone meanwhile
         except OSError as exc:
-            if not pid_dir.exists() or (isinstance(exc, PermissionError) and _real_uid_of(pid_dir) not in (uid, None)):
+            gone = not os.path.exists(pid_dir)
+            if gone or (isinstance(exc, PermissionError) and _real_uid_of(pid_dir) not in (uid, None)):
                 continue
             raise PeerUnknown(f"process {entry}'s namespaces or descriptors cannot be read ({exc.strerror})") from None
         for descriptor in descriptors:
             try:
-                if os.readlink(pid_dir / "fd" / descriptor) == wanted:
+                if os.readlink(f"{pid_dir}/fd/{descriptor}") == wanted:
                     return int(entry)
             except OSError:
                 continue  # closed meanwhile
     return None
 
 
-def _real_uid_of(pid_dir: Path) -> int | None:
+def _real_uid_of(pid_dir: str) -> int | None:
     try:
-        return real_uid((pid_dir / "status").read_text(encoding="ascii", errors="replace"))
+        return real_uid(Path(pid_dir, "status").read_text(encoding="ascii", errors="replace"))
     except OSError:
         return None
