@@ -269,6 +269,54 @@ async def test_the_boundary_asks_who_is_connecting_once_per_connection(monkeypat
     assert [message["status"] for message in sent if "status" in message] == [403, 403]
 
 
+async def test_where_a_server_is_sandboxed_a_connection_held_inside_a_sandbox_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 1000)  # an ordinary user's workstation
+    scanned: list[int] = []
+
+    def holder(inode: int, uid: int) -> int | None:
+        scanned.append(inode)
+        if inode == 3:
+            raise PeerUnknown("process 9's namespaces or descriptors cannot be read (Permission denied)")
+        return 4242 if inode == 2 else None
+
+    # The client's port stands for its socket's inode here.
+    monkeypatch.setattr(boundary, "peer_socket", lambda client, server: (1000, client[1]))
+    monkeypatch.setattr(boundary, "peer_uid", lambda client, server: 1000)
+    monkeypatch.setattr(boundary, "sandboxed_holder", holder)
+    sandboxes = [True]
+    gate = boundary.Boundary(local_users_only=True, max_body=1024, sandboxed=lambda: sandboxes[0])
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    def scope(port: int) -> dict[str, object]:
+        return {
+            "method": "GET",
+            "path": "/healthz",
+            "headers": [],
+            "client": ("127.0.0.1", port),
+            "server": ("127.0.0.1", 80),
+            CONNECTION_KEY: {},
+        }
+
+    assert await gate(scope(1), receive, send) is not None  # the user's own client
+    assert await gate(scope(2), receive, send) is None  # held inside a sandbox
+    assert b"inside a server's sandbox" in sent[-1]["body"]  # type: ignore[operator]
+    assert await gate(scope(3), receive, send) is None  # cannot tell: refused
+    assert b"cannot tell who opened this connection" in sent[-1]["body"]  # type: ignore[operator]
+    assert [message["status"] for message in sent if "status" in message] == [403, 403]
+    # No sandbox configured: no scan at all, the plain workstation path.
+    sandboxes[0] = False
+    assert await gate(scope(2), receive, send) is not None
+    assert scanned == [1, 2, 3]
+
+
 def test_the_table_row_gives_the_sockets_inode_too(tmp_path: Path) -> None:
     table = tmp_path / "tcp"
     client, server = ("127.0.0.1", 40000), ("127.0.0.1", 8080)
