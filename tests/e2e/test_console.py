@@ -31,7 +31,7 @@ CHROMIUM = os.environ.get("MCPVISOR_CHROMIUM") or shutil.which("chromium") or sh
 # tests/run installs it; a run without it lists it in its last lines (tests/conftest.py).
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="system package missing: chromium")
 DOCS = REPO / "docs"
-# The README's screenshots are retaken only when asked (MCPVISOR_SCREENSHOTS=1): a test run must not
+# The docs' screenshots are retaken only when asked (MCPVISOR_SCREENSHOTS=1): a test run must not
 # change the work tree, and two runs of one checkout must not write the same files.
 SHOTS = DOCS if os.environ.get("MCPVISOR_SCREENSHOTS") else Path(tempfile.mkdtemp(prefix="mcpvisor-console-"))
 VIEWPORT = {"width": 1440, "height": 860}
