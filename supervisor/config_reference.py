@@ -70,7 +70,8 @@ def _walk(struct: mi.StructType, path: list[str]) -> Iterator[Table]:
             nested.append(
                 (sub, [*path, field.encode_name, *([_KEY_WORD.get(field.encode_name, "NAME")] if per_key else [])])
             )
-            continue
+            if not _also_a_value(inner):
+                continue
         keys.append(Key(field.encode_name, _type_name(inner), _default(field), description))
     if path:
         yield Table(".".join(path), _doc(struct.cls), keys)
@@ -106,11 +107,16 @@ def _unwrap(info: mi.Type) -> tuple[mi.Type, str]:
 
 
 def _table_of(info: mi.Type) -> tuple[mi.StructType, bool] | None:
-    """A Struct (or optional Struct) is a table; a dict of Structs is a table per key (True)."""
+    """A Struct (or optional Struct) is a table; a dict of Structs is a table per key (True).
+
+    A union of one Struct and plain values (`sandbox = true` or a `[...sandbox]` table) is a table
+    too, and also a key (`_also_a_value`).
+    """
     if isinstance(info, mi.UnionType):
-        members = [t for t in info.types if not isinstance(t, mi.NoneType)]
-        if len(members) == 1:
-            info = _unwrap(members[0])[0]
+        members = [_unwrap(t)[0] for t in info.types if not isinstance(t, mi.NoneType)]
+        structs = [t for t in members if isinstance(t, mi.StructType)]
+        if len(members) == 1 or len(structs) == 1:
+            info = structs[0] if structs else members[0]
     if isinstance(info, mi.StructType):
         return info, False
     if isinstance(info, mi.DictType):
@@ -118,6 +124,13 @@ def _table_of(info: mi.Type) -> tuple[mi.StructType, bool] | None:
         if isinstance(value, mi.StructType):
             return value, True
     return None
+
+
+def _also_a_value(info: mi.Type) -> bool:
+    """A key that takes a plain value as well as a table."""
+    if not isinstance(info, mi.UnionType):
+        return False
+    return any(not isinstance(_unwrap(t)[0], mi.StructType | mi.NoneType) for t in info.types)
 
 
 def _type_name(info: mi.Type) -> str:
@@ -137,6 +150,8 @@ def _type_name(info: mi.Type) -> str:
             return f"table of {_plural(_type_name(info.value_type))}"
         case mi.UnionType():
             return " or ".join(_type_name(t) for t in info.types if not isinstance(t, mi.NoneType))
+        case mi.StructType():
+            return "table"
     return type(info).__name__.removesuffix("Type").lower()
 
 

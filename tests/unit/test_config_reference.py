@@ -86,6 +86,8 @@ def test_the_page_lists_every_key_with_its_default() -> None:
     assert '| `listen` | string | `"127.0.0.1:8080"` |' in page
     assert "| `startretries` | integer (≥ 0) | `5` |" in page
     assert "| `issuer` | string | required |" in page
+    # A key that takes `true` or a table (`sandbox`) is listed as a key and its table as a section.
+    assert "| `sandbox` | boolean or table |" in page and "## [servers.NAME.sandbox]" in page
 
 
 def test_mcpvisor_config_schema_prints_the_schema() -> None:
