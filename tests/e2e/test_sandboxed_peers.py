@@ -66,10 +66,15 @@ async def test_published_servers_run_in_their_sandboxes(tmp_path: Path) -> None:
 async def test_the_memory_watchdog_kills_where_no_cgroup_is_used(tmp_path: Path) -> None:
     servers = {"shell": python_server("shell_server.py", sandbox={"limits": "watchdog", "memory_mb": 200})}
     async with open_stack(tmp_path, servers) as stack, stack.client() as client:
-        with pytest.raises(MCPError, match=re.escape("memory limit (200 MiB)")):
+        # The watchdog looks every WATCH_INTERVAL: an allocation quicker than that is answered before the kill,
+        # which then follows; a slower one is ended by it, and the call says why.
+        try:
             await client.call_tool("shell:allocate", {"mib": 400})
-        log = stack.log(f"{log_stem('shell')}.worker.log")
-        assert "over its 200 MiB limit: killing it" in log
+        except MCPError as exc:
+            assert "memory limit (200 MiB)" in str(exc)
+        with trio.fail_after(30):
+            while "over its 200 MiB limit: killing it" not in stack.log(f"{log_stem('shell')}.worker.log"):
+                await trio.sleep(0.1)
         # The status says why while the upstream is down; then it is back, by its restart policy.
         reasons = set()
         with trio.fail_after(60):
@@ -118,7 +123,12 @@ async def test_without_bwrap_a_required_sandbox_never_starts_the_server_unconfin
     servers = {"shell": python_server("shell_server.py", sandbox=True)}
     env = {"PATH": str(Path(sys.executable).parent)}
     async with open_stack(tmp_path, servers, env=env, wait_for=[]) as stack:
-        rows = await stack.wait_status(lambda rows: "bubblewrap" in rows["shell"]["error"], timeout=60)
-        assert "not started" in rows["shell"]["error"] and rows["shell"]["upstream"] != "ready"
+        # The reason is the worker's error while it retries, and the process's description once it is FATAL
+        # (after startretries); a loaded machine may show either first.
+        def reason(rows: dict) -> str:
+            return rows["shell"]["error"] + " " + rows["shell"]["description"]
+
+        rows = await stack.wait_status(lambda rows: "bubblewrap" in reason(rows), timeout=60)
+        assert "not started" in reason(rows) and rows["shell"]["upstream"] != "ready"
         # Nothing ran: the worker never spawned the shell.
         assert not runs(stack.process.pid, "shell_server.py")
