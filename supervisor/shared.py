@@ -15,23 +15,18 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final
 
 import msgspec
-import trio
 
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.config import Config
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.proposals import FILE_NAME, Proposal, ProposalStore
 from mcpvisor.wire.state_db import PROPOSALS, SERVERS, notify, transaction
-from mcpvisor.wire.state_pg import Listener, PostgresState
+from mcpvisor.wire.state_pg import PostgresState, follow
 from mcpvisor.wire.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
-
-RESYNC_EVERY: Final = 5.0  # seconds between full re-reads, whatever was notified
-WAIT_SLICE: Final = 0.5  # seconds a wait for notifications blocks its thread (bounds the wait at shutdown)
 
 
 class _Proposals(msgspec.Struct, kw_only=True):
@@ -119,35 +114,15 @@ class SharedState:
     async def serve_watching(
         self, on_servers: Callable[[], Awaitable[None]], on_proposals: Callable[[], Awaitable[None]]
     ) -> None:
-        """Call `on_servers` / `on_proposals` when another replica changed them, and every RESYNC_EVERY seconds."""
-        listener = Listener(self.store)
-        last_full = -RESYNC_EVERY
-        failing = False
-        try:
-            while True:
-                try:
-                    topics = await trio.to_thread.run_sync(listener.wait, WAIT_SLICE)
-                except StateStoreError as exc:
-                    if not failing:
-                        log.warning("%s; retrying (run-time changes of other replicas wait)", exc)
-                    failing = True
-                    await trio.sleep(1.0)
-                    continue
-                if failing:
-                    log.info("state store %s reachable again", self.store.shown)
-                    failing = False
-                if topics is None or trio.current_time() - last_full >= RESYNC_EVERY:
-                    topics = {SERVERS, PROPOSALS}
-                    last_full = trio.current_time()
-                try:
-                    if PROPOSALS in topics:
-                        await on_proposals()
-                    if SERVERS in topics:
-                        await on_servers()
-                except StateStoreError as exc:
-                    log.warning("%s; the next re-read tries again", exc)
-        finally:
-            listener.close()
+        """Call `on_servers` / `on_proposals` when another replica changed them, and every few seconds."""
+
+        async def apply(moved: frozenset[str]) -> None:
+            if PROPOSALS in moved:
+                await on_proposals()
+            if SERVERS in moved:
+                await on_servers()
+
+        await follow(self.store, frozenset({SERVERS, PROPOSALS}), apply, waiting="run-time changes of other replicas")
 
     def close(self) -> None:
         self.store.close()

@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 import psycopg
 import psycopg_pool
+import trio
 
 from mcpvisor.wire.state_db import CHANNEL
 from mcpvisor.wire.state_url import StateStoreError, redact_url, resolve_url
@@ -36,6 +37,8 @@ CONNECT_TIMEOUT: Final = 10  # seconds, per connection attempt
 # Seconds a statement waits for a connection of the pool: with the store down, a request is
 # refused this soon (a 503 to retry) rather than held.
 POOL_WAIT: Final = 3.0
+RESYNC_EVERY: Final = 5.0  # seconds between full re-reads by `follow`, whatever was notified
+WAIT_SLICE: Final = 0.5  # seconds a wait for notifications blocks its thread (bounds the wait at shutdown)
 
 
 # Each entry upgrades the schema by one version; `mcpvisor_schema.version` records how far it got.
@@ -320,3 +323,48 @@ class Listener:
             with contextlib.suppress(psycopg.Error):
                 self._connection.close()
             self._connection = None
+
+
+async def follow(
+    store: PostgresState,
+    topics: frozenset[str],
+    on_change: Callable[[frozenset[str]], Awaitable[None]],
+    *,
+    waiting: str,
+) -> None:
+    """Call `on_change` with those of `topics` another process announced, as soon as it does.
+
+    Every RESYNC_EVERY seconds, and whenever the listening connection was made again, it is called
+    with all of `topics`: a notification lost with a dropped connection is made good that way.
+    While the store cannot be reached it says so once (naming `waiting`, what is held up) and tries
+    again every second; a StateStoreError from `on_change` is logged, and the next re-read retries.
+    """
+    listener = Listener(store)
+    last_full = -RESYNC_EVERY
+    failing = False
+    try:
+        while True:
+            try:
+                heard = await trio.to_thread.run_sync(listener.wait, WAIT_SLICE)
+            except StateStoreError as exc:
+                if not failing:
+                    log.warning("%s; retrying (%s wait)", exc, waiting)
+                failing = True
+                await trio.sleep(1.0)
+                continue
+            if failing:
+                log.info("state store %s reachable again", store.shown)
+                failing = False
+            if heard is None or trio.current_time() - last_full >= RESYNC_EVERY:
+                moved = topics
+                last_full = trio.current_time()
+            else:
+                moved = topics.intersection(heard)
+                if not moved:
+                    continue
+            try:
+                await on_change(moved)
+            except StateStoreError as exc:
+                log.warning("%s; the next re-read tries again", exc)
+    finally:
+        listener.close()

@@ -10,49 +10,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Final
 
 import trio
 
 from mcpvisor.frontend.gate.approvals import ToolApprovals, read_pins
 from mcpvisor.wire.state_db import PINS
-from mcpvisor.wire.state_pg import Listener, PostgresState
-from mcpvisor.wire.state_url import StateStoreError
+from mcpvisor.wire.state_pg import PostgresState, follow
 
 log = logging.getLogger(__name__)
-
-RESYNC_EVERY: Final = 5.0  # seconds between full re-reads, whatever was notified
-WAIT_SLICE: Final = 0.5  # seconds a wait for notifications blocks its thread
 
 
 async def serve_following_pins(store: PostgresState, approvals: ToolApprovals, changed: Callable[[str], None]) -> None:
     """Keep `approvals` equal to the store's pins; `changed(server)` for each server whose pins moved."""
-    listener = Listener(store)
-    last_full = -RESYNC_EVERY
-    failing = False
-    try:
-        while True:
-            try:
-                topics = await trio.to_thread.run_sync(listener.wait, WAIT_SLICE)
-                due = trio.current_time() - last_full >= RESYNC_EVERY
-                if topics is not None and PINS not in topics and not due:
-                    continue
-                last_full = trio.current_time()
-                # This replica's own pins reach the store first, so reading cannot undo them.
-                await approvals.flush()
-                version = approvals.version
-                pins = await trio.to_thread.run_sync(read_pins, store)
-            except StateStoreError as exc:
-                if not failing:
-                    log.warning("%s; retrying (other replicas' approvals wait)", exc)
-                failing = True
-                await trio.sleep(1.0)
-                continue
-            failing = False
-            if approvals.version != version:
-                continue  # approved here meanwhile: read again on the notification it sends
-            for server in sorted(approvals.replace(pins)):
-                log.info("pins of %s changed through another replica", server)
-                changed(server)
-    finally:
-        listener.close()
+
+    async def read_again(_: frozenset[str]) -> None:
+        # This replica's own pins reach the store first, so reading cannot undo them.
+        await approvals.flush()
+        version = approvals.version
+        pins = await trio.to_thread.run_sync(read_pins, store)
+        if approvals.version != version:
+            return  # approved here meanwhile: read again on the notification it sends
+        for server in sorted(approvals.replace(pins)):
+            log.info("pins of %s changed through another replica", server)
+            changed(server)
+
+    await follow(store, frozenset({PINS}), read_again, waiting="other replicas' approvals")
