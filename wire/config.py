@@ -11,7 +11,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# \Z, not $: "$" also matches before a final newline, and a name ends up in paths and log lines.
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 
 
 class ConfigError(Exception):

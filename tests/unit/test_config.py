@@ -180,6 +180,11 @@ def test_a_bad_server_name_is_refused(name: str) -> None:
     assert "at most 63 characters" in message
 
 
+def test_a_server_name_ending_in_a_newline_is_refused() -> None:
+    assert "server name 'vault\\n' must be" in refused('[servers."vault\\n"]\ncommand = "x"\n')
+    assert "tenant name 'bob\\n'" in refused('[tenants."bob\\n"]\nservers = []\n')
+
+
 def test_a_server_name_of_63_characters_is_fine() -> None:
     assert list(loads(f'[servers.{"a" * 63}]\ncommand = "x"\n').servers) == ["a" * 63]
 
