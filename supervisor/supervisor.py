@@ -86,13 +86,34 @@ def _command_id(frames: list[bytes]) -> int | None:
     return None
 
 
-def _secret_files(values: list[str]) -> list[str]:
-    return [
-        os.path.abspath(os.path.expanduser(ref))
-        for value in values
-        for kind, ref in SECRET_REF.findall(value)
-        if kind == "file"
-    ]
+def _secret_files(values: list[str], tenants: list[str]) -> list[str]:
+    """The files these values' `${file:}` references read, for every tenant where one names `{tenant}`."""
+    found: list[str] = []
+    for value in values:
+        if not tenant_secrets.names_tenant(value):
+            found += [
+                os.path.abspath(os.path.expanduser(ref)) for kind, ref in SECRET_REF.findall(value) if kind == "file"
+            ]
+            continue
+        for match in tenant_secrets.TEMPLATE_REF.finditer(value):
+            kind, ref = match.group(1), match.group(2)
+            if kind != "file":
+                continue
+            if tenant_secrets.PLACEHOLDER not in ref:
+                found.append(os.path.abspath(os.path.expanduser(ref)))
+                continue
+            # Each tenant's own file, and the dir that holds one per tenant when `{tenant}` is a
+            # whole component of the path: a tenant added later is covered before its first start.
+            found += [
+                os.path.abspath(os.path.expanduser(ref.replace(tenant_secrets.PLACEHOLDER, tenant)))
+                for tenant in tenants
+            ]
+            head, _, tail = ref.partition(tenant_secrets.PLACEHOLDER)
+            if head.endswith("/") and (not tail or tail.startswith("/")):
+                parent = os.path.abspath(os.path.expanduser(head))
+                if parent != "/":
+                    found.append(parent)
+    return found
 
 
 def hidden_paths(config: Config, config_path: Path, data_dir: Path, run_dir: Path) -> list[str]:
@@ -112,7 +133,7 @@ def hidden_paths(config: Config, config_path: Path, data_dir: Path, run_dir: Pat
     values += [registry.token for registry in config.registries.values() if registry.token]
     if config.mcpvisor.state_url:
         values.append(config.mcpvisor.state_url)
-    paths += _secret_files(values)
+    paths += _secret_files(values, list(config.tenants))
     files = list(config.mcpvisor.admin_token_files)
     for tenant in config.tenants.values():
         files += tenant.token_files

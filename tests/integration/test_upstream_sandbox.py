@@ -1,0 +1,107 @@
+"""An upstream's sandbox as the worker builds it from a real config, run by the real bubblewrap.
+
+Each test writes a config, computes what no sandbox may see the way the supervisor does
+(`hidden_paths`), confines a shell the way the worker does (`confine`), and looks from inside.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from mcpvisor.supervisor import config as config_mod
+from mcpvisor.supervisor.supervisor import hidden_paths
+from mcpvisor.wire import sandboxing
+from mcpvisor.workers import confine
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="system package missing: bubblewrap")
+
+
+def write_config(tmp_path: Path, servers: dict[str, Any], **tables: Any) -> Path:
+    path = tmp_path / "conf" / "mcpvisor.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(tomli_w.dumps({"mcpvisor": {"data_dir": str(tmp_path / "data")}, "servers": servers, **tables}))
+    return path
+
+
+def plan_for(config_path: Path, worker: str) -> sandboxing.SandboxPlan:
+    """The plan the supervisor hands a worker, hidden paths included."""
+    config = config_mod.load(config_path)
+    data_dir = config_mod.data_dir(config, config_path)
+    tenant, _, server = worker.rpartition("/")
+    hidden = hidden_paths(config, config_path, data_dir, data_dir / "run")
+    found = sandboxing.plan(
+        worker,
+        config.mcpvisor,
+        config.servers[server],
+        config.tenants.get(tenant) if tenant else None,
+        data_dir=str(data_dir),
+        hidden=hidden,
+    )
+    assert found is not None
+    return found
+
+
+def run_in(plan: sandboxing.SandboxPlan, worker: str, script: str, *, stdin: str = "") -> str:
+    """What a shell in the sandbox prints (stdout and stderr)."""
+    confined = confine.confine(plan, worker, "/bin/sh", ["-c", script], {}, None)
+    done = subprocess.run(
+        confined.argv, env=confined.env, input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+    return done.stdout + done.stderr
+
+
+def readable_tree(root: Path) -> None:
+    """pytest's dirs are root's alone (0700): what a bind shows must be open to the sandbox's uid."""
+    for directory in (root, *root.parents):
+        if directory == Path("/"):
+            break
+        directory.chmod(directory.stat().st_mode | 0o755)
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(dirpath, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o644)
+
+
+def test_a_tenants_secret_file_is_hidden_from_every_tenant(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    for tenant in ("alice", "bob", "carol"):  # carol is not configured yet: her key is there already
+        (project / "secrets" / tenant).mkdir(parents=True)
+        (project / "secrets" / tenant / "slack_token").write_text(f"{tenant.upper()}-KEY\n")
+    (project / "README").write_text("shown\n")
+    readable_tree(project)
+    slack = {
+        "command": "/bin/sh",
+        "env": {"SLACK_TOKEN": f"${{file:{project}/secrets/{{tenant}}/slack_token}}"},
+        "sandbox": {"ro": [str(project)]},
+    }
+    config = write_config(
+        tmp_path, {"slack": slack}, tenants={"alice": {"servers": ["slack"]}, "bob": {"servers": ["slack"]}}
+    )
+    seen = run_in(
+        plan_for(config, "alice/slack"),
+        "alice/slack",
+        f"cat {project}/README; for t in alice bob carol; do cat {project}/secrets/$t/slack_token; done",
+    )
+    assert "shown" in seen  # the bind works
+    for key in ("ALICE-KEY", "BOB-KEY", "CAROL-KEY"):
+        assert key not in seen, seen
+
+
+def test_a_template_inside_a_name_hides_each_tenants_file(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        {"slack": {"command": "x", "env": {"T": "${file:/srv/keys/slack-{tenant}.key} and ${file:/srv/plain}"}}},
+        tenants={"alice": {"servers": ["slack"]}, "bob": {"servers": ["slack"]}},
+    )
+    loaded = config_mod.load(config)
+    hidden = hidden_paths(loaded, config, tmp_path / "data", tmp_path / "run")
+    assert {"/srv/keys/slack-alice.key", "/srv/keys/slack-bob.key", "/srv/plain"} <= set(hidden)
+    assert "/srv/keys" not in hidden and not any("{" in path for path in hidden)
