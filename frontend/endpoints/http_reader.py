@@ -85,8 +85,10 @@ class RequestReader:
         return True
 
     def head_too_long(self) -> bool:
-        """Whether the head being read has grown past the limit (hypercorn refuses it)."""
-        return not self.hand_over and len(self.buffer) - self._offset > self.max_head and self._in_head
+        """Whether the bytes held outside a request's body have grown past the head limit (hypercorn
+        refuses them). Counted from the end of the last request, not from the first byte llhttp
+        took as a request's: it skips empty lines before a request unseen, as many as are sent."""
+        return not self.hand_over and self._current is None and len(self.buffer) - self._offset > self.max_head
 
     def pending_head(self) -> bool:
         """Whether part of a request has been received and not all of its head."""

@@ -5,6 +5,7 @@ as a strict client would."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -362,3 +363,30 @@ async def test_a_client_leaving_mid_body_reaches_no_app() -> None:
             await client.send(post("/mcp/next"))
             assert (await client.answer())[0].status_code == 200
     assert [seen["path"] for seen in app.seen] == ["/mcp/next"] and server.handed_over == 0
+
+
+@pytest.mark.parametrize("before", [False, True], ids=["first", "after-a-request"])
+async def test_a_flood_of_empty_lines_is_refused_and_the_listener_serves_others(before: bool) -> None:
+    app = Recorder()
+    async with listening(app) as (server, port):
+        async with connect(port) as client:
+            if before:
+                await client.send(post("/mcp/first"))
+                assert (await client.answer())[0].status_code == 200
+            # llhttp skips empty lines before a request: held here, they would be kept until the
+            # keep-alive timeout, however many the client sends.
+            flood = b"\r\n" * (MAX_HEAD // 2 + 1)
+            answer = b""
+            # The connection ends (hypercorn answers 400, unless a reset overtakes that answer).
+            with trio.fail_after(10), contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                for _ in range(64):
+                    await client.stream.send_all(flood)
+                while data := await client.stream.receive_some(65536):
+                    answer += data
+            statuses = [line.split(b" ")[1] for line in answer.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+            assert statuses in ([], [b"400"])
+        async with connect(port) as client:
+            await client.send(post("/mcp/next"))
+            assert (await client.answer())[0].status_code == 200
+    assert [seen["path"] for seen in app.seen] == (["/mcp/first"] if before else []) + ["/mcp/next"]
+    assert server.handed_over == 1
