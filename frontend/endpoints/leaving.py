@@ -53,17 +53,17 @@ class Leaving:
         self.max_body = max_body
         self.leaving = False
         self.in_flight = 0
-        self._idle = trio.Event()
+        self._idle = trio.Event()  # set when in_flight falls to 0; a new one at each call after that
 
     def start(self) -> None:
         """Leave: from now on the replica reports not-ready and takes no new session."""
         self.leaving = True
-        if self.in_flight == 0:
-            self._idle.set()
 
     async def wait_idle(self) -> None:
         """Until no call is in flight (after `start`)."""
-        await self._idle.wait()
+        # Calls keep arriving until the listener stops accepting: idle once is not idle now.
+        while self.in_flight:
+            await self._idle.wait()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -83,12 +83,14 @@ class Leaving:
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        if self.in_flight == 0:
+            self._idle = trio.Event()
         self.in_flight += 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
-            if self.in_flight == 0 and self.leaving:
+            if self.in_flight == 0:
                 self._idle.set()
 
     async def _new_session(self, scope: Scope, receive: Receive) -> tuple[dict[str, Any] | None, Receive]:

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.support.haproxy import HAProxy, open_haproxy
 from tests.support.postgres import cluster_fixture, database_fixture
-from tests.support.stack import Stack, alive, echo_server, open_replicas
+from tests.support.stack import Stack, alive, echo_server, open_replicas, open_stack
 
 MODERN = "2026-07-28"
 INITIALIZE = {
@@ -136,6 +136,24 @@ async def test_sigterm_to_one_replica_under_steady_load_fails_no_call(tmp_path: 
         assert counts["ok"] > ok_at_exit  # the other replica went on serving
         async with Client(staying.direct_url, mode=MODERN) as client:
             assert text_of(await client.call_tool("echo:echo", {"text": "still here"})) == "still here"
+
+
+async def test_a_call_begun_while_leaving_and_outlasting_the_delay_is_answered(tmp_path: Path) -> None:
+    settings = {"leave_delay": LEAVE_DELAY}
+    async with open_stack(tmp_path, {"echo": echo_server()}, settings=settings) as stack:
+        async with Client(stack.direct_url, mode=MODERN) as client:
+            assert text_of(await client.call_tool("echo:echo", {"text": "up"})) == "up"
+            stack.process.send_signal(signal.SIGTERM)  # nothing in flight: the replica is idle now
+            with trio.fail_after(5):
+                while (await stack.health()) != {"status": "leaving"}:
+                    await trio.sleep(0.02)
+            # Begun within the delay (the balancer may still send calls), it ends after the delay.
+            seconds = LEAVE_DELAY + 2
+            assert text_of(await client.call_tool("echo:slow", {"seconds": seconds})) == f"slept {seconds}"
+        with trio.fail_after(30):
+            while stack.process.poll() is None:
+                await trio.sleep(0.1)
+        assert stack.process.returncode == 0, stack.supervisor_output()
 
 
 async def replica_of(client: Client, replicas: list[Stack]) -> int:

@@ -118,3 +118,24 @@ async def test_leaving_waits_for_the_calls_in_flight() -> None:
         assert not idle.is_set() and gate.in_flight == 1
         app.release.set()
     assert idle.is_set() and gate.in_flight == 0
+
+
+async def test_a_call_arriving_after_the_leave_began_idle_is_waited_for() -> None:
+    app = Echo()
+    app.hold = True
+    gate = Leaving(app, max_body=1024)
+    gate.start()  # nothing in flight yet
+    idle = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(request, gate, "/mcp/direct", CALL)  # during the leave delay
+        await app.holding.wait()
+
+        async def wait() -> None:
+            await gate.wait_idle()
+            idle.set()
+
+        nursery.start_soon(wait)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not idle.is_set() and gate.in_flight == 1
+        app.release.set()
+    assert idle.is_set() and gate.in_flight == 0 and app.bodies == [CALL]
