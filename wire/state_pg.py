@@ -299,19 +299,20 @@ class Listener:
     def wait(self, timeout: float) -> set[str] | None:
         """The topics notified within `timeout` seconds (maybe none); None when the connection was
         (re)made, so anything may have changed unseen. StateStoreError when the store is unreachable."""
-        fresh = False
-        if self._connection is None or self._connection.closed:
-            self._connection = self.store.connect()
-            self._connection.execute(f"LISTEN {CHANNEL}")
-            fresh = True
+        connection = self._connection
+        fresh = connection is None or connection.closed
         topics: set[str] = set()
         try:
+            if connection is None or connection.closed:
+                # The server may end a new connection before it listens (a restart, a failover).
+                connection = self._connection = self.store.connect()
+                connection.execute(f"LISTEN {CHANNEL}")
             # Wake at the first notification, then take those already there: a change is applied
             # as soon as it is known, and a burst of them once.
-            for notice in self._connection.notifies(timeout=timeout, stop_after=1):
+            for notice in connection.notifies(timeout=timeout, stop_after=1):
                 topics.add(notice.payload)
             if topics:
-                for notice in self._connection.notifies(timeout=0.01, stop_after=64):
+                for notice in connection.notifies(timeout=0.01, stop_after=64):
                     topics.add(notice.payload)
         except psycopg.Error as exc:
             self.close()

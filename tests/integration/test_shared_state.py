@@ -9,14 +9,18 @@ pending proposals are one list.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import psycopg
 import pytest
+import trio
 
 from mcpvisor.supervisor.config import loads
 from mcpvisor.supervisor.shared import SharedProposals, SharedState
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.proposals import new_proposal
+from mcpvisor.wire.state_pg import PostgresState, follow
 from tests.support import postgres
 
 postgres_cluster = postgres.cluster_fixture()
@@ -98,3 +102,37 @@ def test_proposals_are_one_list_for_every_replica(shared: SharedState, postgres_
     finally:
         there_state.close()
     assert not (tmp_path / "proposals.json").exists()
+
+
+class EndedOnConnect(PostgresState):
+    """A store whose server ends the first connection made for LISTEN before it listens (a restart)."""
+
+    ended = 0
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
+        connection = super().connect(**kwargs)
+        if not self.ended:
+            self.ended += 1
+            with super().connect() as admin:
+                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (connection.info.backend_pid,))
+        return connection
+
+
+class Heard(Exception):
+    pass
+
+
+async def test_a_listening_connection_ended_before_it_listens_is_made_again(postgres_url: str) -> None:
+    store = EndedOnConnect(postgres_url)
+    changes: list[frozenset[str]] = []
+
+    async def on_change(moved: frozenset[str]) -> None:
+        changes.append(moved)
+        raise Heard  # enough: follow survived the ended connection and listens again
+
+    try:
+        with pytest.raises(Heard), trio.fail_after(30):
+            await follow(store, frozenset({"servers"}), on_change, waiting="a test")
+    finally:
+        store.close()
+    assert store.ended == 1 and changes == [frozenset({"servers"})]
