@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.support.stack import REPO, free_port, wait_listening
 
@@ -31,12 +32,15 @@ def haproxy_binary() -> str:
     return found
 
 
-def config_for(port: int, servers: Mapping[str, int]) -> str:
-    """The shipped config, listening on loopback `port`, balancing over loopback `servers` (name: port)."""
+def config_for(port: int, servers: Mapping[str, int], admin: Path | None = None) -> str:
+    """The shipped config, listening on loopback `port`, balancing over loopback `servers` (name: port),
+    with its runtime API on the unix socket `admin` if given."""
     lines = []
     for line in SHIPPED.read_text().splitlines():
         stripped = line.strip()
-        if stripped.startswith("bind "):
+        if stripped == "global" and admin is not None:
+            line += f"\n    stats socket {admin} mode 600 level admin"
+        elif stripped.startswith("bind "):
             line = f"    bind 127.0.0.1:{port}"
         elif stripped.startswith("server "):
             continue
@@ -59,6 +63,17 @@ class HAProxy:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    admin: Path
+
+    async def ask(self, command: str) -> str:
+        """What HAProxy's runtime API answers to `command` (e.g. `show table mcpvisor`)."""
+        stream = await trio.open_unix_socket(str(self.admin))
+        async with stream:
+            await stream.send_all(command.encode() + b"\n")
+            answer = b""
+            while data := await stream.receive_some(65536):
+                answer += data
+        return answer.decode()
 
     @property
     def base_url(self) -> str:
@@ -79,13 +94,14 @@ async def open_haproxy(tmp_path: Path, servers: Mapping[str, int]) -> AsyncItera
     binary = haproxy_binary()
     port = free_port()
     config = tmp_path / "haproxy.cfg"
-    config.write_text(config_for(port, servers))
+    admin = tmp_path / "haproxy.sock"
+    config.write_text(config_for(port, servers, admin))
     log_path = tmp_path / "haproxy.log"
     with open(log_path, "ab") as out:
         process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=out, stderr=out)
     try:
         await wait_listening(port, process)
-        yield HAProxy(process, port, log_path)
+        yield HAProxy(process, port, log_path, admin)
     finally:
         process.terminate()
         try:
