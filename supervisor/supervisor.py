@@ -120,8 +120,9 @@ def hidden_paths(config: Config, config_path: Path, data_dir: Path, run_dir: Pat
     """What no sandbox may see: mcpvisor's dirs, its config, and every file a secret or token is read from."""
     paths = [str(data_dir.resolve()), str(run_dir.resolve()), str(config_path), f"{config_path}.bak"]
     # Its dir too when every sandbox would see it (/etc/mcpvisor in /etc): whatever else the
-    # operator keeps there. Elsewhere only a bind could show it, and a project's dir holding both
-    # the config and the server's virtualenv must stay bindable.
+    # operator keeps there. Elsewhere only a bind could show it, and the virtualenv of a project
+    # whose dir also holds the config must stay bindable (a bind of the whole dir is refused, as
+    # it would show the config: workers.confine).
     parent = str(config_path.parent)
     if parent.startswith("/etc/"):
         paths.append(parent)

@@ -157,12 +157,25 @@ def bwrap_argv(
         parents(HOME)
         argv += ["--bind", spec.home, HOME]
     shown = [entry for entry in spec.system if isinstance(entry, Bind)] + list(spec.binds)
+    covered: list[str] = []
     for mask in spec.masks:
-        for path in _shown_at(mask.path, shown):
-            if mask.directory:
-                argv += ["--perms", "0000", "--tmpfs", path]
-            else:
-                argv += ["--ro-bind", "/dev/null", path]
+        for bind in shown:
+            for path in _shown_at(mask.path, [bind]):
+                directory, parent = mask.directory, posixpath.dirname(path)
+                if not directory and parent != bind.target and _inside(parent, bind.target):
+                    # A mount on a file is dropped as soon as the host renames another file over it
+                    # or unlinks it (a config save, a rotated key), so its dir is covered instead:
+                    # that survives whatever happens inside. Other binds that would show a hidden
+                    # file are refused (workers.confine); a system dir such as /etc cannot be.
+                    path, directory = parent, True
+                if any(_inside(path, done) for done in covered):
+                    continue
+                covered.append(path)
+                if directory:
+                    argv += ["--perms", "0000", "--tmpfs", path]
+                else:
+                    # Right at the top of a system dir (/etc/x.key): the file alone is all that can be covered.
+                    argv += ["--ro-bind", "/dev/null", path]
     if spec.cwd is not None:
         argv += ["--chdir", spec.cwd]
     elif spec.home is not None:

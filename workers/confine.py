@@ -185,6 +185,31 @@ def masks(hidden: Sequence[str]) -> tuple[bwrap.Mask, ...]:
     return tuple(found)
 
 
+def _hidden_files(hidden: Sequence[str]) -> list[str]:
+    """The hidden paths that are not dirs (files, and ones that may appear later: a config's `.bak`),
+    unless a hidden dir holds them, whose cover hides them too."""
+    every = [each for path in hidden for each in dict.fromkeys((path, os.path.realpath(path)))]
+    dirs = [path for path in every if os.path.isdir(path)]
+    return [path for path in every if path not in dirs and not any(_inside(path, d) for d in dirs)]
+
+
+def _shows_hidden_file(path: str, hidden_files: Sequence[str]) -> str | None:
+    """Why a bind of `path` must be refused because a hidden file lies inside it (None: none does).
+
+    A dir is covered inside a bind for good (a tmpfs on it), but a file is not: the host replaces
+    it by a rename on every config save or key rotation, and the kernel then drops whatever was
+    mounted on it, showing the new file (and, through a writable bind, letting it be rewritten).
+    """
+    real = os.path.realpath(path)
+    for secret in hidden_files:
+        if secret != real and _inside(secret, real):
+            return (
+                f"{path} holds {secret}, which no sandbox may see, and a file inside a bind cannot stay hidden "
+                "(it is replaced on every save or rotation): bind a narrower path, or move the file out of it"
+            )
+    return None
+
+
 def confine(
     plan: SandboxPlan,
     worker_id: str,
@@ -200,11 +225,14 @@ def confine(
     privileged = os.geteuid() == 0
     uid = sandbox_uid(worker_id, _uid_map()) if privileged else None
     binds: list[bwrap.Bind] = []
+    hidden_files = _hidden_files(plan.hidden)
 
     def add(path: str, *, writable: bool, operator: bool, dest: str = "") -> None:
         why = refused_bind(os.path.realpath(path), plan) or refused_bind(path, plan)
         if dest and why is None:
             why = refused_bind(dest, plan)
+        if why is None:
+            why = _shows_hidden_file(path, hidden_files)
         if why is not None:
             if operator:
                 raise SandboxError(f"sandbox bind refused: {why}")

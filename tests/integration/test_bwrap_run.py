@@ -151,3 +151,44 @@ def test_root_without_cap_sys_admin_is_told_to_run_unprivileged() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "without CAP_SYS_ADMIN" in done.stdout and "unprivileged user" in done.stdout
+
+
+def test_a_hidden_file_in_a_system_dir_stays_hidden_when_the_host_replaces_it(tmp_path: Path) -> None:
+    """A config save renames a new file over the old one, which drops a mount on the file itself."""
+    system = tmp_path / "etc"
+    (system / "mcpvisor").mkdir(parents=True)
+    config = system / "mcpvisor" / "secret.toml"
+    config.write_text("old = 1\n")
+    (system / "hosts").write_text("shown\n")
+    for path in (tmp_path, system, system / "mcpvisor"):
+        path.chmod(0o755)
+    for path in (config, system / "hosts"):
+        path.chmod(0o644)
+    privileged = os.geteuid() == 0
+    spec = SandboxSpec(
+        # Shown at a path of its own, as /etc is: pytest's tmp dirs above it are closed to the uid.
+        system=(*system_binds(), Bind(source=str(system), dest="/sysdir")),
+        masks=(Mask(path=str(config), directory=False),),
+        network=False,
+        uid=1_234_567 if privileged else None,
+    )
+    inside = "/sysdir/mcpvisor/secret.toml"
+    script = f"echo ready; read line; cat /sysdir/hosts; cat {inside}; echo new > {inside}; ls /sysdir/mcpvisor"
+    argv = bwrap_argv(spec, ["/bin/sh", "-c", script], privileged=privileged, bwrap=BWRAP or "bwrap")
+    process = subprocess.Popen(
+        argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        # Once the sandbox is up, the host saves the config as mcpvisor does: a new file renamed over.
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        replacement = system / "mcpvisor" / "secret.toml.tmp"
+        replacement.write_text("new_secret = 2\n")
+        replacement.chmod(0o666)
+        os.replace(replacement, config)
+        out, _ = process.communicate(b"go\n", timeout=60)
+    finally:
+        process.kill()
+    seen = out.decode()
+    assert "shown" in seen
+    assert "new_secret" not in seen and "old" not in seen, seen
+    assert config.read_text() == "new_secret = 2\n"

@@ -105,3 +105,24 @@ def test_a_template_inside_a_name_hides_each_tenants_file(tmp_path: Path) -> Non
     hidden = hidden_paths(loaded, config, tmp_path / "data", tmp_path / "run")
     assert {"/srv/keys/slack-alice.key", "/srv/keys/slack-bob.key", "/srv/plain"} <= set(hidden)
     assert "/srv/keys" not in hidden and not any("{" in path for path in hidden)
+
+
+@pytest.mark.parametrize("key", ["ro", "rw"])
+def test_a_bind_that_would_show_the_config_or_a_secret_file_is_refused(tmp_path: Path, key: str) -> None:
+    """A file cannot stay hidden inside a bind: the next config save renames a new one over it."""
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "api.key").write_text("KEY\n")
+    server = {"command": "/bin/sh", "env": {"K": f"${{file:{keys / 'api.key'}}}"}}
+    config = write_config(tmp_path, {"conf": {**server, "sandbox": {key: [str(tmp_path / "conf")]}}})
+    with pytest.raises(confine.SandboxError, match=r"mcpvisor\.toml.*bind a narrower path"):
+        run_in(plan_for(config, "conf"), "conf", "true")
+    config = write_config(tmp_path, {"keys": {**server, "sandbox": {key: [str(keys)]}}})
+    with pytest.raises(confine.SandboxError, match=r"api\.key.*bind a narrower path"):
+        run_in(plan_for(config, "keys"), "keys", "true")
+    # A dir next to them is bound as asked.
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes").write_text("shown\n")
+    readable_tree(tmp_path / "work")
+    config = write_config(tmp_path, {"work": {**server, "sandbox": {key: [str(tmp_path / "work")]}}})
+    assert "shown" in run_in(plan_for(config, "work"), "work", f"cat {tmp_path}/work/notes")
