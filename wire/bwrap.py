@@ -146,8 +146,10 @@ def bwrap_argv(
             argv += ["--ro-bind", entry.source, entry.target]
             mounted.append(entry.target)
         made.add(entry.path if isinstance(entry, Symlink) else entry.target)
-    # /dev/shm as every program expects it (writable by all, sticky), private like /tmp.
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp"]
+    # /dev/shm and /tmp as every program expects them (writable by all, sticky), private. bwrap
+    # mounts them as root: without the mode, a sandbox's own uid could not write to them.
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777", "--tmpfs", "/tmp"]
     made.update(("/proc", "/dev", "/dev/shm", "/tmp"))
     for bind in spec.binds:
         parents(bind.target)

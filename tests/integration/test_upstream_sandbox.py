@@ -126,3 +126,15 @@ def test_a_bind_that_would_show_the_config_or_a_secret_file_is_refused(tmp_path:
     readable_tree(tmp_path / "work")
     config = write_config(tmp_path, {"work": {**server, "sandbox": {key: [str(tmp_path / "work")]}}})
     assert "shown" in run_in(plan_for(config, "work"), "work", f"cat {tmp_path}/work/notes")
+
+
+def test_the_sandbox_writes_to_its_tmp_and_shm(tmp_path: Path) -> None:
+    """Also as root, where the command runs as an unprivileged uid of its own."""
+    config = write_config(tmp_path, {"tool": {"command": "/bin/sh", "sandbox": True}})
+    seen = run_in(
+        plan_for(config, "tool"),
+        "tool",
+        'echo x > "$TMPDIR/a" && echo x > /dev/shm/b && ls -ld /tmp /dev/shm && echo wrote',
+    )
+    assert "wrote" in seen, seen
+    assert seen.count("drwxrwxrwt") == 2, seen
