@@ -3,8 +3,9 @@
 Two checks, both cheap and both answered here with a clear 4xx:
 - who: with tenants or an issuer, a bearer token (frontend/endpoints/auth.py; 401 otherwise);
   on a loopback listener without them, the connection must come from the user running
-  mcpvisor or root (frontend/endpoints/peer.py), and, where any server is sandboxed, not from
-  inside a sandbox (whose processes run as that same user). The principal is left in the scope;
+  mcpvisor or root (frontend/endpoints/peer.py), and, where any server is sandboxed, held by a
+  process outside every sandbox (whose processes run as that same user). The principal is left
+  in the scope;
 - a JSON body sent to an MCP endpoint must be there, be UTF-8, hold no lone UTF-16 surrogate,
   nest at most MAX_DEPTH levels and fit in the body limit. Past this boundary the SDK and the fast
   path never meet such a body, so none of it can become a 500 or an internal error.
@@ -31,7 +32,7 @@ from mcpvisor.frontend.endpoints.auth import (
     bearer_token,
 )
 from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
-from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_socket, peer_uid, sandboxed_holder
+from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_socket, peer_uid, socket_holders
 from mcpvisor.wire.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,9 @@ class Boundary:
             return f"{unknown}."
         # A connection's owner cannot change: asked once per connection where the listener keeps
         # its facts (http_server.py), else for every request. Never across connections: a port is
-        # reused by the next one, possibly another user's.
+        # reused by the next one, possibly another user's. Kept for the connection, an admission
+        # was made while a process outside every sandbox held its socket: a sandbox can hold it
+        # later only from that process's hand. A refusal for want of a holder is asked again.
         facts = scope.get(CONNECTION_KEY)
         uid = facts.get(_PEER_UID) if facts is not None else None
         if uid is None:
@@ -148,9 +151,18 @@ class Boundary:
         # Run by an ordinary user, a sandbox's processes run as that uid (workers/confine.py); run
         # by root, each sandbox has a uid of its own, never 0, refused as another user's. So only
         # our own non-root uid can hide a sandbox (and root may lack CAP_SYS_PTRACE to look).
-        if uid == os.getuid() != 0 and (pid := sandboxed_holder(inode, uid)) is not None:
-            log.info("refused a connection from local uid %d held by process %d inside a sandbox", uid, pid)
+        if uid != os.getuid() or uid == 0:
+            return uid
+        holders = socket_holders([inode], uid)[inode]
+        if holders.sandboxed is not None:
+            log.info(
+                "refused a connection from local uid %d held by process %d inside a sandbox", uid, holders.sandboxed
+            )
             return _SANDBOXED
+        if holders.ours is None:
+            # Sent over a UNIX socket and closed, a socket is in no process's hands: a sandbox's
+            # request must not pass for the user's that way.
+            raise PeerUnknown("no process outside a sandbox holds its socket")
         return uid
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:

@@ -11,8 +11,10 @@ listener keeps that connection's facts. Only the parsing of addresses is cached 
 
 A sandboxed upstream runs as that same user on a workstation (bwrap maps it through a user
 namespace), so where any server is sandboxed the uid is not enough: the socket's inode (in the
-same answer) is looked for among the open files of the processes that live in another PID or
-user namespace than ours, and a connection held by one of them is not the user's own.
+same answer) is looked for among the open files of the processes, and the connection is the
+user's own only while a process in our PID and user namespaces holds it and none in another
+does. Finding no holder proves nothing: a sandbox can send its socket to itself over a UNIX
+socket and close it, leaving it in no process's hands while its request is read.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import os
 import socket
 import struct
 import sys
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -200,28 +204,38 @@ def real_uid(status: str) -> int | None:
     return None
 
 
-def sandboxed_holder(inode: int, uid: int, proc: Path = PROC) -> int | None:
-    """The pid of a process in another PID or user namespace than ours holding the socket `inode`, or None.
+@dataclass(frozen=True)
+class Holders:
+    """Processes holding a socket (pids): one in our PID and user namespaces, and one in another (a sandbox)."""
 
-    Only those processes' descriptors are read: on a host with many processes, few are sandboxed.
-    A process that leaves while it is looked at is no holder. One the kernel will not let us
-    inspect is another user's (ours, sandboxed ones included, we may inspect), and the socket
-    is `uid`'s: a process of `uid` that cannot be inspected is not ruled out, so the answer is
-    "unknown" (PeerUnknown).
+    ours: int | None = None
+    sandboxed: int | None = None
+
+
+def socket_holders(inodes: Collection[int], uid: int, proc: Path = PROC) -> dict[int, Holders]:
+    """For each socket inode, a process in our namespaces and one in another that hold it (or None).
+
+    One walk of the processes answers for all the sockets. Every sandboxed process's descriptors
+    are read; among ours, only until each socket has a holder, highest pid first (clients are mostly
+    young, daemons with many files old). A process that leaves while it is looked at holds nothing. One
+    the kernel will not let us inspect is another user's (ours, sandboxed ones included, we may
+    inspect), or one of `uid`'s that hides its namespaces: the sockets are `uid`'s, so that one is
+    not ruled out as a sandboxed holder, and the answer is "unknown" (PeerUnknown).
     """
-    if inode == 0:
-        raise PeerUnknown("the connection's socket is held by no process")
     try:
         ours = _namespaces(f"{proc}/self")
-        entries = [entry for entry in os.listdir(proc) if entry.isdigit()]
+        pids = sorted((int(entry) for entry in os.listdir(proc) if entry.isdigit()), reverse=True)
     except OSError as exc:
         raise PeerUnknown(f"the processes of this host cannot be listed here ({exc.strerror})") from None
-    wanted = socket_link(inode)
-    for entry in entries:
-        pid_dir = f"{proc}/{entry}"
+    wanted = {socket_link(inode): inode for inode in inodes}
+    held_by_ours: dict[int, int] = {}
+    held_inside: dict[int, int] = {}
+    for pid in pids:
+        pid_dir = f"{proc}/{pid}"
         try:
-            if not other_namespace(ours, _namespaces(pid_dir)):
-                continue
+            inside = other_namespace(ours, _namespaces(pid_dir))
+            if not inside and len(held_by_ours) == len(wanted):
+                continue  # each socket has a holder of ours: only sandboxed ones are still looked into
             descriptors = os.listdir(f"{pid_dir}/fd")
         except (FileNotFoundError, ProcessLookupError):
             continue  # gone meanwhile
@@ -229,14 +243,16 @@ def sandboxed_holder(inode: int, uid: int, proc: Path = PROC) -> int | None:
             gone = not os.path.exists(pid_dir)
             if gone or (isinstance(exc, PermissionError) and _real_uid_of(pid_dir) not in (uid, None)):
                 continue
-            raise PeerUnknown(f"process {entry}'s namespaces or descriptors cannot be read ({exc.strerror})") from None
+            raise PeerUnknown(f"process {pid}'s namespaces or descriptors cannot be read ({exc.strerror})") from None
+        held = held_inside if inside else held_by_ours
         for descriptor in descriptors:
             try:
-                if os.readlink(f"{pid_dir}/fd/{descriptor}") == wanted:
-                    return int(entry)
+                inode = wanted.get(os.readlink(f"{pid_dir}/fd/{descriptor}"))
             except OSError:
                 continue  # closed meanwhile
-    return None
+            if inode is not None:
+                held.setdefault(inode, pid)
+    return {inode: Holders(ours=held_by_ours.get(inode), sandboxed=held_inside.get(inode)) for inode in inodes}
 
 
 def _real_uid_of(pid_dir: str) -> int | None:

@@ -6,8 +6,9 @@ the hostile workspace shell (tests/upstreams/shell_server.py) could POST `initia
 `tools/call` to the listener and call every other server's tools. Here mcpvisor runs as a
 container's unprivileged user (tests/support/unprivileged.py) with the shell sandboxed: from
 inside, both are refused with the boundary's 403, while a client of that same user outside any
-sandbox is served. Run as root, the sandbox's uid is 2^30 and more, and is refused as another
-user's.
+sandbox is served. Hiding the socket from the check does not help either: a connection is served
+only while a process outside every sandbox holds it. Run as root, the sandbox's uid is 2^30 and
+more, and is refused as another user's.
 """
 
 from __future__ import annotations
@@ -132,6 +133,71 @@ def as_same_user(url: str, message: dict[str, Any]) -> str:
     return done.stdout.strip()
 
 
+# From inside the sandbox: the socket is out of every process's hands when its first request arrives. The
+# request is held back by TCP_CORK (the kernel sends it some 200 ms later), the socket is sent to a
+# socketpair (SCM_RIGHTS) and closed, and taken back only once the answer is there. Then a second request
+# on the same connection, plainly. Prints "in transit: True|False", then one "STATUS BODY" line per answer.
+HIDDEN = r"""
+import socket, sys, time
+host, port, body = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+request = (
+    f"POST /mcp/direct HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+    "accept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-06-18\r\n"
+    f"content-length: {len(body)}\r\n\r\n"
+).encode() + body
+
+def answer(sock):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536) or b"\r\n\r\n"
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    fields = dict(line.lower().split(": ", 1) for line in lines[1:] if ": " in line)
+    if "content-length" in fields:
+        while len(rest) < int(fields["content-length"]):
+            rest += sock.recv(65536) or b"x" * int(fields["content-length"])
+    else:  # chunked: up to the last chunk
+        while not rest.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            rest += chunk
+    return lines[0].split()[1] + " " + rest.decode(errors="replace")[:2000].replace("\r", " ").replace("\n", " ")
+
+def received(local_port):
+    # Bytes waiting in the socket's receive queue, from the kernel's table (the network is shared).
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[1].endswith(f":{local_port:04X}") and fields[2].endswith(f":{port:04X}"):
+            return int(fields[4].split(":")[1], 16)
+    return 0
+
+sock = socket.create_connection((host, port))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+sock.sendall(request)
+local_port = sock.getsockname()[1]
+keep, take = socket.socketpair()
+socket.send_fds(keep, [b"x"], [sock.fileno()])
+sock.close()
+deadline = time.monotonic() + 30
+while not received(local_port) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("in transit:", bool(received(local_port)))
+_, fds, _, _ = socket.recv_fds(take, 1, 1)
+sock = socket.socket(fileno=fds[0])
+print(answer(sock))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+sock.sendall(request)
+print(answer(sock))
+"""
+
+
+def hidden_command(port: int, message: dict[str, Any]) -> str:
+    """The shell command that runs HIDDEN with the system python inside the sandbox."""
+    quoted = [HIDDEN, "127.0.0.1", str(port), json.dumps(message)]
+    return "/usr/bin/python3 -c " + " ".join("'" + part.replace("'", "'\\''") + "'" for part in quoted)
+
+
 SERVERS = {"shell": python_server("shell_server.py", sandbox=True), "echo": echo_server()}
 
 
@@ -152,6 +218,28 @@ async def test_an_ordinary_users_sandboxed_upstream_cannot_call_mcpvisor() -> No
             assert served.startswith("200 ") and '"serverInfo"' in served, served
             frontend = stack.log("frontend.log")
             assert "inside a sandbox" in frontend
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or missing_tools() is not None, reason=str(missing_tools()))
+async def test_a_socket_out_of_the_sandboxs_hands_when_checked_is_refused_too() -> None:
+    if not Path("/usr/bin/python3").exists():  # noqa: ASYNC240
+        pytest.skip("no system python3 to run inside the sandbox")
+    base = Path(tempfile.mkdtemp(prefix="reach-back-", dir="/tmp"))
+    try:
+        async with stack_as_user(base, SERVERS) as stack, stack.client() as client:
+            result = await client.call_tool("shell:run", {"command": hidden_command(stack.port, INITIALIZE)})
+            text = outcome(result)
+            assert "exit: 0" in text, text
+            transit, first, second = text.split("stdout:\n", 1)[1].split("\nstderr:", 1)[0].strip().splitlines()
+            # The first answer came while the socket was in no process's hands.
+            assert transit == "in transit: True", text
+            assert first.startswith("403 "), first
+            assert "cannot tell who opened this connection" in first, first
+            # Once the sandbox holds it again, it is found there: the connection never became the user's.
+            assert second.startswith("403 "), second
+            assert "inside a server's sandbox" in second, second
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

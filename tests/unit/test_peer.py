@@ -17,13 +17,14 @@ from mcpvisor.frontend.endpoints import boundary
 from mcpvisor.frontend.endpoints.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
 from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
 from mcpvisor.frontend.endpoints.peer import (
+    Holders,
     PeerUnknown,
     other_namespace,
     parse_diag_answer,
     peer_socket,
     peer_uid,
     real_uid,
-    sandboxed_holder,
+    socket_holders,
     socket_link,
 )
 from mcpvisor.supervisor import configstore
@@ -275,16 +276,20 @@ async def test_where_a_server_is_sandboxed_a_connection_held_inside_a_sandbox_is
     monkeypatch.setattr(os, "getuid", lambda: 1000)  # an ordinary user's workstation
     scanned: list[int] = []
 
-    def holder(inode: int, uid: int) -> int | None:
+    def holders(inodes: list[int], uid: int) -> dict[int, Holders]:
+        (inode,) = inodes
         scanned.append(inode)
         if inode == 3:
             raise PeerUnknown("process 9's namespaces or descriptors cannot be read (Permission denied)")
-        return 4242 if inode == 2 else None
+        # 1: the user's client; 2: a sandbox's; 4: in no process's hands (sent over a UNIX socket);
+        # 5: the user's client and a sandbox both.
+        found = {1: Holders(ours=100), 2: Holders(sandboxed=4242), 5: Holders(ours=100, sandboxed=4242)}
+        return {inode: found.get(inode, Holders())}
 
     # The client's port stands for its socket's inode here.
     monkeypatch.setattr(boundary, "peer_socket", lambda client, server: (1000, client[1]))
     monkeypatch.setattr(boundary, "peer_uid", lambda client, server: 1000)
-    monkeypatch.setattr(boundary, "sandboxed_holder", holder)
+    monkeypatch.setattr(boundary, "socket_holders", holders)
     sandboxes = [True]
     gate = boundary.Boundary(local_users_only=True, max_body=1024, sandboxed=lambda: sandboxes[0])
     sent: list[dict[str, object]] = []
@@ -310,11 +315,15 @@ async def test_where_a_server_is_sandboxed_a_connection_held_inside_a_sandbox_is
     assert b"inside a server's sandbox" in sent[-1]["body"]  # type: ignore[operator]
     assert await gate(scope(3), receive, send) is None  # cannot tell: refused
     assert b"cannot tell who opened this connection" in sent[-1]["body"]  # type: ignore[operator]
-    assert [message["status"] for message in sent if "status" in message] == [403, 403]
+    assert await gate(scope(4), receive, send) is None  # held by no one: nothing shows it is the user's
+    assert b"no process outside a sandbox holds its socket" in sent[-1]["body"]  # type: ignore[operator]
+    assert await gate(scope(5), receive, send) is None
+    assert b"inside a server's sandbox" in sent[-1]["body"]  # type: ignore[operator]
+    assert [message["status"] for message in sent if "status" in message] == [403] * 4
     # No sandbox configured: no scan at all, the plain workstation path.
     sandboxes[0] = False
     assert await gate(scope(2), receive, send) is not None
-    assert scanned == [1, 2, 3]
+    assert scanned == [1, 2, 3, 4, 5]
 
 
 def test_the_table_row_gives_the_sockets_inode_too(tmp_path: Path) -> None:
@@ -368,21 +377,24 @@ def _process(proc: Path, pid: str, namespaces: dict[str, str], links: list[str],
 HOST_NS = {"pid": "pid:[4026531836]", "user": "user:[4026531837]"}
 
 
-def test_a_socket_held_inside_another_namespace_is_found_and_ours_is_not(tmp_path: Path) -> None:
+def test_the_holders_of_sockets_inside_and_outside_other_namespaces_are_found(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     _process(proc, "self", HOST_NS, [])
-    _process(proc, "10", HOST_NS, ["socket:[111]", "/dev/null"])  # a host process: never looked into
+    _process(proc, "10", HOST_NS, ["socket:[111]", "/dev/null", "socket:[555]"])
+    _process(proc, "11", HOST_NS, ["socket:[111]"])  # one holder of ours is enough: the highest pid
     _process(proc, "20", {**HOST_NS, "pid": "pid:[4026532001]"}, ["pipe:[5]", "socket:[222]"])
-    _process(proc, "30", {**HOST_NS, "user": "user:[4026532002]"}, ["socket:[333]"])
+    _process(proc, "30", {**HOST_NS, "user": "user:[4026532002]"}, ["socket:[333]", "socket:[555]"])
     (proc / "net").mkdir()  # not a process
-    assert sandboxed_holder(111, 1000, proc) is None
-    assert sandboxed_holder(222, 1000, proc) == 20
-    assert sandboxed_holder(333, 1000, proc) == 30
-    assert sandboxed_holder(444, 1000, proc) is None
-    with pytest.raises(PeerUnknown, match="held by no process"):
-        sandboxed_holder(0, 1000, proc)
+    assert socket_holders([111, 222, 333, 444, 555, 0], 1000, proc) == {
+        111: Holders(ours=11),
+        222: Holders(sandboxed=20),
+        333: Holders(sandboxed=30),
+        444: Holders(),  # in no process's hands (in transit over a UNIX socket, say)
+        555: Holders(ours=10, sandboxed=30),
+        0: Holders(),
+    }
     with pytest.raises(PeerUnknown, match="cannot be listed"):
-        sandboxed_holder(222, 1000, tmp_path / "nothing")
+        socket_holders([222], 1000, tmp_path / "nothing")
 
 
 def test_a_process_of_the_same_user_that_cannot_be_inspected_is_not_ruled_out(
@@ -390,6 +402,7 @@ def test_a_process_of_the_same_user_that_cannot_be_inspected_is_not_ruled_out(
 ) -> None:
     proc = tmp_path / "proc"
     _process(proc, "self", HOST_NS, [])
+    _process(proc, "10", HOST_NS, ["socket:[222]"])
     _process(proc, "40", HOST_NS, [], uid=1000)
     readlink = os.readlink
 
@@ -401,12 +414,12 @@ def test_a_process_of_the_same_user_that_cannot_be_inspected_is_not_ruled_out(
 
     monkeypatch.setattr(os, "readlink", guarded)
     with pytest.raises(PeerUnknown, match="process 40"):
-        sandboxed_holder(222, 1000, proc)
+        socket_holders([222], 1000, proc)
     # Another user's process: the socket is uid 2000's, and that process is not one of them.
-    assert sandboxed_holder(222, 2000, proc) is None
+    assert socket_holders([222], 2000, proc) == {222: Holders(ours=10)}
     # One that left meanwhile is no holder.
     shutil.rmtree(proc / "40")
-    assert sandboxed_holder(222, 1000, proc) is None
+    assert socket_holders([222], 1000, proc) == {222: Holders(ours=10)}
 
 
 def test_namespace_and_status_parsing() -> None:
