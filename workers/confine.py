@@ -241,7 +241,10 @@ def confine(
             if operator:
                 raise SandboxError(f"sandbox bind {path} does not exist on this host")
             return
-        binds.append(bwrap.Bind(source=path, dest=dest if dest != path else "", writable=writable))
+        # Bound from where it leads and shown where it was given: the masks of hidden paths are
+        # matched against the source, and a symlink's own path would match none of them.
+        source, target = os.path.realpath(path), dest or path
+        binds.append(bwrap.Bind(source=source, dest=target if target != source else "", writable=writable))
 
     for path in install_paths(executable):
         add(path, writable=False, operator=False)
@@ -251,7 +254,7 @@ def confine(
         add(path, writable=False, operator=True)
     for path in plan.rw:
         add(path, writable=True, operator=True)
-    if cwd is not None and not any(_inside(cwd, bind.source) for bind in binds):
+    if cwd is not None and not any(_inside(cwd, bind.target) for bind in binds):
         add(cwd, writable=False, operator=True)
     prepare_home(plan.home, uid)
     spec = bwrap.SandboxSpec(

@@ -138,3 +138,20 @@ def test_the_sandbox_writes_to_its_tmp_and_shm(tmp_path: Path) -> None:
     )
     assert "wrote" in seen, seen
     assert seen.count("drwxrwxrwt") == 2, seen
+
+
+def test_a_bind_through_a_symlink_hides_what_the_real_path_would(tmp_path: Path) -> None:
+    project = tmp_path / "review"
+    (project / "data").mkdir(parents=True)  # mcpvisor's data dir, inside what is bound
+    (project / "data" / "state").write_text("STATE\n")
+    (project / "notes").write_text("shown\n")
+    readable_tree(project)
+    (tmp_path / "review-link").symlink_to(project)
+    link = tmp_path / "review-link"
+    path = tmp_path / "conf" / "mcpvisor.toml"
+    path.parent.mkdir()
+    tool = {"command": "/bin/sh", "sandbox": {"ro": [str(link)]}}
+    path.write_text(tomli_w.dumps({"mcpvisor": {"data_dir": str(project / "data")}, "servers": {"tool": tool}}))
+    seen = run_in(plan_for(path, "tool"), "tool", f"cat {link}/notes {link}/data/state; ls {link}/data")
+    assert "shown" in seen
+    assert "STATE" not in seen and "sandboxes" not in seen, seen
