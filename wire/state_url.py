@@ -14,6 +14,9 @@ from mcpvisor.wire.config import ConfigError
 from mcpvisor.wire.secrets import SECRET_REF, Redactor, SecretError, resolve
 
 SCHEMES: Final = ("postgresql://", "postgres://")
+# libpq's query parameters whose values are secrets, masked wherever the URL is shown.
+_SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
+_SECRET_PARAM: Final = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
 
 
 class StateStoreError(Exception):
@@ -27,6 +30,31 @@ def check_url(url: str) -> None:
     for kind, ref in SECRET_REF.findall(url):
         if kind == "env" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ref):
             raise ConfigError(f"state_url: bad variable name in ${{env:{ref}}}")
+    base, _, query = url.partition("?")
+    for key, value in _secret_params(query):
+        if SECRET_REF.fullmatch(value) is None:
+            raise ConfigError(
+                f"state_url: a {key} written in the query would be shown with the URL; give the password"
+                " in the user info as a reference: postgresql://user:${env:NAME}@host/db (or ${file:/path})"
+            )
+    # libpq ends the user info at its first '@' or '/': the rest of the password would be taken
+    # for the host, and quoted back in its errors.
+    userinfo, at, _ = SECRET_REF.sub("", base).partition("://")[2].rpartition("@")
+    if at and ("@" in userinfo or "/" in userinfo):
+        raise ConfigError(
+            "state_url: an '@' or '/' in the user info (or an '@' in the path) must be percent-encoded"
+            " (%40, %2F); or give the password as ${env:NAME} / ${file:/path}"
+        )
+
+
+def _secret_params(query: str) -> list[tuple[str, str]]:
+    """The (name, value) of the query's parameters that hold a secret."""
+    found = []
+    for item in query.split("&"):
+        key, eq, value = item.partition("=")
+        if eq and unquote(key).lower() in _SECRET_PARAMS:
+            found.append((unquote(key), value))
+    return found
 
 
 def redact_url(url: str) -> str:
@@ -34,10 +62,12 @@ def redact_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return "***"
+    # Masked before the user info is looked for, so an '@' in such a value cannot move it.
+    rest = _SECRET_PARAM.sub(r"\1***", rest)
     # The user info ends at the last '@' before the path; a `${file:/...}` may hold '/' itself.
     userinfo, at, hostpart = rest.rpartition("@")
     if not at:
-        return url
+        return f"{scheme}://{rest}"
     user = userinfo.split(":", 1)[0]
     return f"{scheme}://{user}:***@{hostpart}" if ":" in userinfo else f"{scheme}://{user}@{hostpart}"
 
@@ -58,9 +88,12 @@ def resolve_url(url: str) -> tuple[str, Redactor]:
         raise StateStoreError(f"state_url {redact_url(url)}: {exc}") from None
     # libpq quotes a URL it cannot parse whole, so the password as written (percent-encoded) and
     # as meant are both hidden, whether it was a reference or written in the URL.
-    userinfo, at, _ = resolved.partition("://")[2].rpartition("@")
+    base, _, query = resolved.partition("?")
+    userinfo, at, _ = base.partition("://")[2].rpartition("@")
+    written = [value for _, value in _secret_params(query)]
     if at and ":" in userinfo:
-        written = userinfo.split(":", 1)[1]
-        redactor.add(written)
-        redactor.add(unquote(written))
+        written.append(userinfo.split(":", 1)[1])
+    for value in written:
+        redactor.add(value)
+        redactor.add(unquote(value))
     return resolved, redactor

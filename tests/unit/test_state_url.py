@@ -20,6 +20,9 @@ from mcpvisor.wire.state_url import StateStoreError, check_url, redact_url, reso
         ("postgresql://app:${file:/run/secrets/pg}@db/mcpvisor", "postgresql://app:***@db/mcpvisor"),
         ("postgres://app:p@ss:w/rd@db/x?sslmode=require", "postgres://app:***@db/x?sslmode=require"),
         ("postgresql://app@db/mcpvisor", "postgresql://app@db/mcpvisor"),
+        ("postgresql://app@db/x?password=s3cret&sslmode=require", "postgresql://app@db/x?password=***&sslmode=require"),
+        ("postgresql://db/x?sslmode=require&PassWord=p@ss", "postgresql://db/x?sslmode=require&PassWord=***"),
+        ("postgresql://db/x?sslpassword=${env:KEY_PW}", "postgresql://db/x?sslpassword=***"),
         ("postgresql://db/mcpvisor", "postgresql://db/mcpvisor"),
         ("not a url at all", "***"),
     ],
@@ -56,6 +59,10 @@ def test_a_reference_that_cannot_be_resolved_names_itself_not_a_value(monkeypatc
         ("mysql://app:hunter22@db/x", "must start with postgresql://"),
         ("sqlite:///tmp/x", "must start with postgresql://"),
         ("postgresql://app:${env:1BAD}@db/x", "bad variable name"),
+        ("postgresql://app@db/x?password=hunter22", "give the password in the user info"),
+        ("postgresql://app@db/x?sslmode=require&sslpassword=hunter22", "give the password in the user info"),
+        ("postgresql://app:p@sshunter22@127.0.0.1/x", "must be percent-encoded"),
+        ("postgresql://app:hunter22/x@db/x", "must be percent-encoded"),
     ],
 )
 def test_the_loader_refuses_what_is_not_a_postgresql_url_without_showing_the_password(url: str, problem: str) -> None:
@@ -69,6 +76,13 @@ def test_the_loader_refuses_what_is_not_a_postgresql_url_without_showing_the_pas
 def test_without_state_url_the_store_stays_sqlite() -> None:
     assert loads("[mcpvisor]\n", source="x").mcpvisor.state_url is None
     check_url("postgresql://app:${env:PG_PASSWORD}@db/mcpvisor")  # accepted as it is; nothing resolved yet
+    check_url("postgresql://app:p%40ss%2Fw@db/mcpvisor?sslpassword=${file:/run/secrets/key}")
+
+
+def test_a_password_in_the_query_is_hidden_from_the_errors_of_the_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PG_QUERY_PASSWORD", "s3cr@t/pw")
+    _, redactor = resolve_url("postgresql://app@db/x?password=${env:PG_QUERY_PASSWORD}&sslpassword=lit%40eral")
+    assert redactor("near s3cr@t/pw, s3cr%40t%2Fpw, lit%40eral and lit@eral") == "near ***, ***, *** and ***"
 
 
 @pytest.mark.parametrize("password", ["lit%40eral-pw", "${env:PG_ODD_PASSWORD}"])
