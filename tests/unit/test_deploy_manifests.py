@@ -129,11 +129,11 @@ def test_haproxy_accepts_the_shipped_configs(where: str, tmp_path: Path) -> None
     config = path.read_text() if path.suffix == ".cfg" else one("ConfigMap", "mcpvisor-haproxy")["data"]["haproxy.cfg"]
     result = haproxy_check(config, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    for directive in ("stick on req.hdr(mcp-session-id)", "stick store-response res.hdr(mcp-session-id)"):
+    for directive in ("stick match req.hdr(mcp-session-id)", "stick store-response res.hdr(mcp-session-id)"):
         assert directive in config
     assert "option httpchk GET /healthz" in config and "retry-on conn-failure 503" in config
     # A misspelt directive is refused: the check above is not a formality.
-    assert haproxy_check(config.replace("stick on", "stik on"), tmp_path).returncode != 0
+    assert haproxy_check(config.replace("stick match", "stik match"), tmp_path).returncode != 0
 
 
 def test_the_compose_file_of_replicas_names_what_exists() -> None:
