@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import msgspec
+import trio
 
 from mcpvisor.frontend.endpoints.auth import (
     PRINCIPAL_KEY,
@@ -32,7 +33,7 @@ from mcpvisor.frontend.endpoints.auth import (
     bearer_token,
 )
 from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
-from mcpvisor.frontend.endpoints.peer import PeerUnknown, owner_uids, peer_socket, peer_uid, socket_holders
+from mcpvisor.frontend.endpoints.peer import Holders, PeerUnknown, owner_uids, peer_socket, peer_uid, socket_holders
 from mcpvisor.wire.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
@@ -69,10 +70,11 @@ class Boundary:
         self.max_body = max_body
         self.authenticator = authenticator
         self._allowed_uids = owner_uids()
+        self._holders = HolderSearch(os.getuid())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
         if self.authenticator is None:
-            if self.local_users_only and (refusal := self._refuse_peer(scope)) is not None:
+            if self.local_users_only and (refusal := await self._refuse_peer(scope)) is not None:
                 await send_json(send, 403, {"error": "forbidden", "message": refusal})
                 return None
             scope[PRINCIPAL_KEY] = WORKSTATION
@@ -109,7 +111,7 @@ class Boundary:
         scope[BODY_KEY] = body
         return replay(body, receive)
 
-    def _refuse_peer(self, scope: Scope) -> str | None:
+    async def _refuse_peer(self, scope: Scope) -> str | None:
         """Why this connection may not be served (one line), or None."""
         unknown = "This mcpvisor serves only the local user running it, and cannot tell who opened this connection"
         client, server = scope.get("client"), scope.get("server")
@@ -124,7 +126,7 @@ class Boundary:
         uid = facts.get(_PEER_UID) if facts is not None else None
         if uid is None:
             try:
-                uid = self._owner((client[0], int(client[1])), (server[0], int(server[1])))
+                uid = await self._owner((client[0], int(client[1])), (server[0], int(server[1])))
             except PeerUnknown as exc:
                 log.warning("refused a connection from %s:%s: %s", client[0], client[1], exc)
                 return f"{unknown}: {exc}."
@@ -143,7 +145,7 @@ class Boundary:
             f"this connection belongs to uid {uid}."
         )
 
-    def _owner(self, client: tuple[str, int], server: tuple[str, int]) -> int:
+    async def _owner(self, client: tuple[str, int], server: tuple[str, int]) -> int:
         """The connection's uid, or _SANDBOXED when a process in a sandbox holds its client end."""
         if not self.sandboxed():
             return peer_uid(client, server)
@@ -153,7 +155,7 @@ class Boundary:
         # our own non-root uid can hide a sandbox (and root may lack CAP_SYS_PTRACE to look).
         if uid != os.getuid() or uid == 0:
             return uid
-        holders = socket_holders([inode], uid)[inode]
+        holders = await self._holders.find(inode)
         if holders.sandboxed is not None:
             log.info(
                 "refused a connection from local uid %d held by process %d inside a sandbox", uid, holders.sandboxed
@@ -184,6 +186,45 @@ class Boundary:
             if not message.get("more_body"):
                 break
         return b"".join(chunks)
+
+
+class HolderSearch:
+    """Finds who holds connections' sockets: one walk of /proc at a time, in a worker thread.
+
+    A walk reads every sandboxed process's descriptors, which a sandbox can make thousands: in a
+    thread it delays only the connections waiting on it, never the event loop. And a walk looks
+    for every socket whose connection waits when it starts, so a flood of connections costs one
+    or two walks for all of them, not one each.
+    """
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+        self._lock = trio.Lock()
+        self._next = _Walk()
+
+    async def find(self, inode: int) -> Holders:
+        """Who holds the socket `inode`, as the next walk finds it; PeerUnknown when it cannot tell."""
+        walk = self._next
+        walk.inodes.add(inode)
+        async with self._lock:
+            if walk is self._next:  # not walked yet: this task runs it for all who joined
+                self._next = _Walk()
+                try:
+                    walk.found = await trio.to_thread.run_sync(socket_holders, frozenset(walk.inodes), self.uid)
+                except PeerUnknown as exc:
+                    walk.failure = str(exc)
+        if walk.found is None:
+            raise PeerUnknown(walk.failure)
+        return walk.found[inode]
+
+
+class _Walk:
+    """The sockets one walk looks for, and what it found."""
+
+    def __init__(self) -> None:
+        self.inodes: set[int] = set()
+        self.found: dict[int, Holders] | None = None
+        self.failure = "the processes holding its socket could not be looked through"
 
 
 def _is_json(scope: Scope) -> bool:

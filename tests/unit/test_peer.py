@@ -9,9 +9,12 @@ import socket
 import stat
 import struct
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import trio
+from trio.testing import wait_all_tasks_blocked
 
 from mcpvisor.frontend.endpoints import boundary
 from mcpvisor.frontend.endpoints.boundary import INVALID_REQUEST, MAX_DEPTH, PARSE_ERROR, check_json
@@ -324,6 +327,52 @@ async def test_where_a_server_is_sandboxed_a_connection_held_inside_a_sandbox_is
     sandboxes[0] = False
     assert await gate(scope(2), receive, send) is not None
     assert scanned == [1, 2, 3, 4, 5]
+
+
+async def test_a_slow_walk_of_the_processes_leaves_the_event_loop_free_and_answers_all_who_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: 1000)  # an ordinary user's workstation
+    release = threading.Event()
+    walks: list[set[int]] = []
+
+    def holders(inodes: list[int], uid: int) -> dict[int, Holders]:
+        walks.append(set(inodes))
+        if len(walks) == 1:
+            release.wait(30)  # a sandbox with thousands of descriptors: the first walk is slow
+        return {inode: Holders(ours=100) for inode in inodes}
+
+    # The client's port stands for its socket's inode; port 99 is root's client, which needs no walk.
+    monkeypatch.setattr(boundary, "peer_socket", lambda client, server: (0 if client[1] == 99 else 1000, client[1]))
+    monkeypatch.setattr(boundary, "socket_holders", holders)
+    gate = boundary.Boundary(local_users_only=True, max_body=1024, sandboxed=lambda: True)
+    admitted: list[int] = []
+
+    async def send(message: dict[str, object]) -> None:
+        pass
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def connect(port: int) -> None:
+        scope = {"method": "GET", "path": "/healthz", "headers": [], CONNECTION_KEY: {}}
+        scope.update(client=("127.0.0.1", port), server=("127.0.0.1", 80))
+        if await gate(scope, receive, send) is not None:
+            admitted.append(port)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connect, 1)
+        await wait_all_tasks_blocked()  # the first walk is under way
+        for port in range(2, 12):  # a flood of connections meanwhile
+            nursery.start_soon(connect, port)
+        await wait_all_tasks_blocked()
+        # The event loop still serves: root's client is answered while the walk goes on.
+        await connect(99)
+        assert admitted == [99]
+        release.set()
+    # The flood cost one more walk, which answered all of it.
+    assert walks == [{1}, set(range(2, 12))]
+    assert sorted(admitted) == [1, *range(2, 12), 99]
 
 
 def test_the_table_row_gives_the_sockets_inode_too(tmp_path: Path) -> None:
