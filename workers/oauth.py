@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal, Union, cast
 
 import httpx2
 import trio
-from mcp.client.auth import OAuthClientProvider, OAuthFlowError
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError, OAuthRegistrationError, OAuthTokenError
+from mcp.client.auth.oauth2 import OAuthContext
 from mcp.client.auth.utils import extract_field_from_www_auth
 from mcp.shared._httpx_utils import next_request_within_origin
 from mcp.shared.auth import (
@@ -36,6 +37,7 @@ from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from pydantic import AnyUrl, ValidationError
 
 from mcpvisor.wire import oauth_store
+from mcpvisor.wire.addresses import Reach, resolve_reach
 from mcpvisor.wire.config import UpstreamOAuth
 from mcpvisor.wire.secrets import resolve
 
@@ -48,6 +50,20 @@ Record = Union[oauth_store.FileRecord, "SharedRecord"]
 CLIENT_NAME = "mcpvisor"
 REFRESH_AHEAD = 60.0  # refresh this long before the access token expires (a quarter of short lifetimes)
 _MAX_REDIRECTS = 5
+# A token lifetime beyond this is taken as this: the SDK adds `expires_in` to the clock as a float,
+# and an absurd one (10**400) would raise OverflowError inside its handlers.
+MAX_TOKEN_LIFETIME = 365 * 24 * 3600
+
+
+def _without_tracebacks(record: logging.LogRecord) -> bool:
+    """Drop the SDK's own traceback of a failed flow: its message can carry a response body.
+
+    The login reports its failure itself, in words that name the status and the host only.
+    """
+    return record.exc_info is None
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_without_tracebacks)
 
 
 class LoginError(Exception):
@@ -73,6 +89,13 @@ class _Storage:
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self.auth.context.client_info = client_info
         await self.auth.save()
+
+
+class _Context(OAuthContext):
+    def update_token_expiry(self, token: OAuthToken) -> None:
+        if token.expires_in is not None and token.expires_in > MAX_TOKEN_LIFETIME:
+            token.expires_in = MAX_TOKEN_LIFETIME
+        super().update_token_expiry(token)
 
 
 class Challenge:
@@ -137,6 +160,7 @@ class UpstreamAuth(OAuthClientProvider):
             callback_handler=self._wait_for_callback,
             client_metadata_url=settings.client_metadata_url,
         )
+        self.context = _Context(**vars(self.context))
         self.record = record
         self.settings = settings
         self._on_challenge = on_challenge
@@ -385,21 +409,24 @@ class UpstreamAuth(OAuthClientProvider):
         challenge = self.challenge or await self._probe(http)
         if challenge is None:
             raise LoginError("the server accepted a request without a login: nothing to log in to")
+        flow = _Flow(httpx2.URL(self.context.server_url))
+        with contextlib.suppress(OSError):  # an upstream that does not resolve now keeps the strictest class
+            flow.reach = await _reach_of(flow.upstream)
         try:
-            await self._drive(challenge, http)
+            await self._drive(challenge, http, flow)
         except OAuthFlowError as exc:
-            raise LoginError(str(exc)) from None
-        except ValidationError as exc:
-            raise LoginError(f"the authorization server sent something invalid: {exc.errors()[0].get('msg')}") from None
+            raise LoginError(flow.failure(exc)) from None
+        except ValidationError:
+            raise LoginError(f"{flow.host} sent an answer the login cannot read") from None
         except httpx2.HTTPError as exc:
-            raise LoginError(f"the authorization server cannot be reached: {type(exc).__name__}") from None
+            raise LoginError(f"{flow.host} cannot be reached: {type(exc).__name__}") from None
         finally:
             self._code = self._code_in = None
         self.challenge = None
         self.reason = ""
         await self.save()
 
-    async def _drive(self, challenge: Challenge, http: httpx2.AsyncClient) -> None:
+    async def _drive(self, challenge: Challenge, http: httpx2.AsyncClient, step: _Flow) -> None:
         """Step the SDK's own flow: its requests are sent, the challenged one is answered from the record."""
         request = challenge.request
         flow = OAuthClientProvider._auth_flow(self, request)
@@ -413,7 +440,13 @@ class UpstreamAuth(OAuthClientProvider):
                     answered = True
                     outgoing = await flow.asend(challenge.response())
                     continue
-                outgoing = await flow.asend(await _send(http, outgoing))
+                await step.admit(outgoing)
+                response = await _send(http, outgoing)
+                step.status = response.status_code
+                if outgoing.method == "POST" and response.status_code not in (200, 201):
+                    # A registration or token request refused: the SDK would quote the body.
+                    raise LoginError(f"{step.host} answered HTTP {response.status_code} to the {step.what}")
+                outgoing = await flow.asend(response)
         except StopAsyncIteration:
             if not self.has_tokens:
                 raise LoginError("the login ended without a token") from None
@@ -510,6 +543,77 @@ async def _send(http: httpx2.AsyncClient, request: httpx2.Request) -> httpx2.Res
             break
         response = await http.send(follow)
     return response
+
+
+class _Flow:
+    """Where a login's flow has got to: what it may reach, and what to say when it fails.
+
+    The URLs it fetches are named by the upstream (its challenge and metadata), so none may be
+    on an address class more internal than the upstream's own: a public upstream cannot send the
+    worker to loopback, a private network or a cloud metadata address. A failure is told by the
+    host and the HTTP status alone; an answer's body never reaches an error or the log.
+    """
+
+    def __init__(self, upstream: httpx2.URL) -> None:
+        self.upstream = upstream
+        self.reach = Reach.PUBLIC
+        self.host = _host(upstream)
+        self.what = "request"
+        self.status: int | None = None
+
+    async def admit(self, request: httpx2.Request) -> None:
+        url = request.url
+        self.host, self.status = _host(url), None
+        if request.method != "POST":
+            self.what = "metadata request"
+        elif request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+            self.what = "token request"
+        else:
+            self.what = "client registration"
+        if url.scheme not in ("http", "https") or not url.host:
+            raise LoginError(f"the {self.what} of the login is not an http(s) URL")
+        try:
+            target = await _reach_of(url)
+        except OSError:
+            raise LoginError(f"the {self.what} of the login goes to {self.host}, which cannot be resolved") from None
+        if target > min(self.reach, Reach.LOOPBACK):
+            raise LoginError(
+                f"the {self.what} of the login goes to {self.host}, a loopback, private or link-local address,"
+                f" which a login with {_host(self.upstream)} may not reach"
+            )
+
+    def failure(self, exc: OAuthFlowError) -> str:
+        """The SDK's error in words that quote nothing the servers sent."""
+        status = f" (HTTP {self.status})" if self.status is not None and self.status >= 300 else ""
+        text = str(exc)
+        if isinstance(exc, OAuthRegistrationError):
+            reason = "its client registration answer cannot be used"
+        elif isinstance(exc, OAuthTokenError):
+            reason = "its token answer cannot be used"
+        elif text.startswith("Protected resource ") and "does not match" in text:
+            reason = "its resource metadata names another resource than the server's URL"
+        elif text.lower().startswith("protected resource metadata request failed"):
+            reason = "its resource metadata cannot be fetched"
+        elif text.startswith("Authorization response") and "iss" in text:
+            reason = "the redirect does not name the authorization server as its issuer"
+        elif text.startswith("State parameter mismatch"):
+            reason = "the redirect's state does not match the login's"
+        elif text.startswith("No authorization code"):
+            reason = "the redirect carries no authorization code"
+        else:
+            reason = "its answers do not make a login"
+        return f"{self.host}{status}: {reason}"
+
+
+def _host(url: httpx2.URL) -> str:
+    host = url.host[:100]
+    return f"{host}:{url.port}" if url.port else host
+
+
+async def _reach_of(url: httpx2.URL) -> Reach:
+    """How internal the host of `url` is (OSError if it does not resolve)."""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    return await resolve_reach(url.host, port)
 
 
 def _dump(model: Any) -> dict[str, Any] | None:

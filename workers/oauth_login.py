@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+import httpx2
 import msgspec
 import trio
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -44,9 +45,15 @@ class LoginDesk:
     """At most one login in flight for this worker's upstream."""
 
     def __init__(
-        self, name: str, auth: UpstreamAuth, on_login: Callable[[], None], on_failure: Callable[[str], None]
+        self,
+        name: str,
+        auth: UpstreamAuth,
+        on_login: Callable[[], None],
+        on_failure: Callable[[str], None],
+        http: Callable[[], httpx2.AsyncClient] = create_mcp_http_client,
     ) -> None:
         self.name = name
+        self._http = http
         self.auth = auth
         self._on_login = on_login
         self._on_failure = on_failure
@@ -101,7 +108,7 @@ class LoginDesk:
     async def _run(self, redirect_uri: str, scope: trio.CancelScope, done: trio.Event) -> None:
         try:
             with scope:
-                async with create_mcp_http_client() as http:
+                async with self._http() as http:
                     await self.auth.login(redirect_uri, http)
                 log.info("upstream %s: logged in", self.name)
                 self._on_login()
@@ -110,6 +117,10 @@ class LoginDesk:
         except LoginError as exc:
             self.error = str(exc)
             log.warning("upstream %s: login failed: %s", self.name, self.error)
+        except Exception as exc:  # the login's boundary: whatever it raised, the worker lives
+            # Only the exception's type: its message may quote what a remote server sent.
+            self.error = f"the login failed ({type(exc).__name__}); start it again"
+            log.error("upstream %s: login failed: %s", self.name, type(exc).__name__)
         finally:
             if self._scope is scope:
                 self._scope = None

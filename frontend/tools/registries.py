@@ -19,7 +19,6 @@ to 4 MB; every failure is a RegistryError naming the registry and what went wron
 from __future__ import annotations
 
 import copy
-import ipaddress
 import re
 import socket
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from mcpvisor.frontend.tool_args import (
     get_string,
     json_result,
 )
+from mcpvisor.wire.addresses import public_address
 from mcpvisor.wire.config import RegistryConfig
 from mcpvisor.wire.fetch import FetchError, get_json
 from mcpvisor.wire.secrets import SecretError, resolve
@@ -397,13 +397,6 @@ def list_registries(configured: Mapping[str, RegistryConfig]) -> list[dict[str, 
     return out
 
 
-def _public_address(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_unspecified)
-
-
 async def check_host(url: str, *, allow_private: bool) -> None:
     """Refuse a registry whose host resolves to a non-public address (unless the operator allowed it)."""
     parts = urlsplit(url)
@@ -418,7 +411,7 @@ async def check_host(url: str, *, allow_private: bool) -> None:
     except OSError:
         raise RegistryError(f"the registry host {parts.hostname} cannot be resolved") from None
     for info in infos:
-        if not _public_address(info[4][0]):
+        if not public_address(info[4][0]):
             raise RegistryError(
                 f"the registry host {parts.hostname} resolves to a loopback, private or link-local address;"
                 " set allow_private_registry_fetch = true in [mcpvisor] to allow it"

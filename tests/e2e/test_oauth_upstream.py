@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.wire import oauth_store
+from mcpvisor.workers.oauth import MAX_TOKEN_LIFETIME, UpstreamAuth
+from mcpvisor.workers.oauth_login import CallbackParams, LoginDesk
 from tests.support.stack import UPSTREAMS, Stack, free_port, open_stack, wait_listening
 
 
@@ -49,7 +52,12 @@ class OAuthUpstream:
 
 @asynccontextmanager
 async def oauth_upstream(
-    log_dir: Path, *, access_ttl: int = 3600, sse: bool = False, reuse_revokes: bool = False
+    log_dir: Path,
+    *,
+    access_ttl: int = 3600,
+    sse: bool = False,
+    reuse_revokes: bool = False,
+    expires_in: int | None = None,
 ) -> AsyncIterator[OAuthUpstream]:
     port, as_port = free_port(), free_port()
     command = [sys.executable, str(UPSTREAMS / "oauth_upstream.py"), "--port", str(port), "--as-port", str(as_port)]
@@ -57,6 +65,8 @@ async def oauth_upstream(
         command.append("--sse")
     if reuse_revokes:
         command.append("--reuse-revokes")
+    if expires_in is not None:
+        command += ["--expires-in", str(expires_in)]
     with open(log_dir / "oauth-upstream.log", "wb") as log:
         process = subprocess.Popen(
             [*command, "--access-ttl", str(access_ttl)], stdout=log, stderr=log, start_new_session=True
@@ -344,3 +354,28 @@ async def test_a_legacy_sse_upstream_logs_in_the_same_way(tmp_path: Path) -> Non
         await upstream_state(stack, "legacy", "authenticating")
         await log_in(stack, "legacy")
         await stack.wait_ready(["legacy"])
+
+
+async def test_an_absurd_token_lifetime_is_taken_as_a_year_at_login_and_at_refresh(tmp_path: Path) -> None:
+    # The worker's own login desk against the loopback authorization server, which announces 10**400 s.
+    async with oauth_upstream(tmp_path, expires_in=10**400) as upstream:
+        auth = UpstreamAuth(upstream.url, oauth_store.FileRecord(tmp_path / "login.json"), None, lambda _: None)
+        failures: list[str] = []
+        desk = LoginDesk("remote", auth, lambda: None, failures.append)
+        async with trio.open_nursery() as nursery:
+            started = await desk.start("http://127.0.0.1:9/oauth/callback", nursery)
+            async with httpx2.AsyncClient(timeout=30) as browser:
+                consent = await browser.get(started["url"])
+            back = parse_qs(urlsplit(consent.headers["location"]).query)
+            answer = await desk.callback(
+                CallbackParams(state=back["state"][0], code=back["code"][0], iss=back["iss"][0])
+            )
+        assert answer["ok"] is True and not failures, answer
+        assert auth.expires_at is not None and auth.expires_at <= time.time() + MAX_TOKEN_LIFETIME
+        assert oauth_store.load(tmp_path / "login.json").tokens["expires_in"] == MAX_TOKEN_LIFETIME
+
+        async with httpx2.AsyncClient(timeout=30) as http:
+            refreshed = await http.send(await auth._refresh_token())
+            await auth._refreshed(refreshed)
+        assert auth.has_tokens and (await upstream.stats())["refreshes"] == 1
+        assert auth.expires_at <= time.time() + MAX_TOKEN_LIFETIME

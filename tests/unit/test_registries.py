@@ -17,7 +17,6 @@ from mcpvisor.frontend.tools.registries import (
     BUILTIN_ID,
     MAX_RESPONSE_BYTES,
     RegistryError,
-    _public_address,
     answer_list_registries,
     answer_search_servers,
     entry_to_hit,
@@ -26,6 +25,7 @@ from mcpvisor.frontend.tools.registries import (
     search_servers,
     suggested_name,
 )
+from mcpvisor.wire.addresses import public_address as _public_address
 from mcpvisor.wire.config import RegistryConfig, ServerConfig
 
 SERVER = Path(__file__).parent.parent / "upstreams" / "registry_server.py"

@@ -1,6 +1,6 @@
 """An MCP server that needs an OAuth 2.1 login, and the authorization server it trusts, on loopback.
 
-`python oauth_upstream.py --port P --as-port A [--access-ttl S]` serves:
+`python oauth_upstream.py --port P --as-port A [--access-ttl S] [--expires-in N]` serves:
 - on A, an authorization server: RFC 8414 metadata, dynamic registration (RFC 7591), an
   authorization endpoint that approves at once (it plays a user who clicks "allow") and redirects
   with `code`, `state` and `iss` (RFC 9207), and a token endpoint that checks PKCE (S256), the
@@ -60,6 +60,7 @@ class State:
     resource: str
     access_ttl: int
     reuse_revokes: bool = False
+    expires_in: int | None = None  # what token answers announce, when not the real lifetime
     spent: dict[str, str] = field(default_factory=dict)  # used refresh token -> its grant's family
     clients: dict[str, dict[str, Any]] = field(default_factory=dict)
     codes: dict[str, tuple[Grant, str, str]] = field(default_factory=dict)  # code -> grant, challenge, redirect
@@ -181,7 +182,7 @@ def authorization_server(state: State) -> Starlette:
             {
                 "access_token": access,
                 "token_type": "Bearer",
-                "expires_in": state.access_ttl,
+                "expires_in": state.access_ttl if state.expires_in is None else state.expires_in,
                 "refresh_token": refresh,
                 "scope": grant.scope,
             },
@@ -301,10 +302,18 @@ def _with_header(send: Any, challenge: str) -> Any:
     return sending
 
 
-async def serve(port: int, as_port: int, access_ttl: int, sse: bool, reuse_revokes: bool = False) -> None:
+async def serve(
+    port: int, as_port: int, access_ttl: int, sse: bool, reuse_revokes: bool = False, expires_in: int | None = None
+) -> None:
     base, issuer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{as_port}"
     path = "/sse" if sse else "/mcp"
-    state = State(issuer=issuer, resource=f"{base}{path}", access_ttl=access_ttl, reuse_revokes=reuse_revokes)
+    state = State(
+        issuer=issuer,
+        resource=f"{base}{path}",
+        access_ttl=access_ttl,
+        reuse_revokes=reuse_revokes,
+        expires_in=expires_in,
+    )
     server = build("oauth-echo")
 
     @server.tool(description="Write a note (needs the notes:write scope).")
@@ -331,8 +340,9 @@ def main() -> None:
     parser.add_argument("--access-ttl", type=int, default=3600, help="access token lifetime in seconds")
     parser.add_argument("--sse", action="store_true", help="legacy SSE at /sse instead of streamable HTTP at /mcp")
     parser.add_argument("--reuse-revokes", action="store_true", help="a refresh token used twice revokes its grant")
+    parser.add_argument("--expires-in", type=int, help="the expires_in token answers announce (default: the lifetime)")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.as_port, args.access_ttl, args.sse, args.reuse_revokes))
+    asyncio.run(serve(args.port, args.as_port, args.access_ttl, args.sse, args.reuse_revokes, args.expires_in))
 
 
 if __name__ == "__main__":
