@@ -113,6 +113,19 @@ def _clip(text: str, limit: int = 60) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
+def stale_proposals(proposals: Iterable[Proposal], servers: Iterable[str]) -> list[Proposal]:
+    """The proposals that the servers now configured make stale (see ProposalStore.prune)."""
+    existing = set(servers)
+    # A tenant's add may name a server it cannot see (another's): it waits for the operator,
+    # who is told at approval; dropping it here would tell the tenant that the name exists.
+    return [
+        proposal
+        for proposal in proposals
+        if (proposal.action == "add") == (proposal.name in existing)
+        and not (proposal.tenant and proposal.action == "add")
+    ]
+
+
 class ProposalStore:
     """The pending proposals by server name, persisted to `proposals.json` (0600, replaced atomically)."""
 
@@ -182,15 +195,7 @@ class ProposalStore:
         An add for a name the operator has since configured, and a change to a server that is no
         longer configured, could only be applied to something the client never saw.
         """
-        existing = set(servers)
-        # A tenant's add may name a server it cannot see (another's): it waits for the operator,
-        # who is told at approval; dropping it here would tell the tenant that the name exists.
-        stale = [
-            proposal
-            for proposal in self._items.values()
-            if (proposal.action == "add") == (proposal.name in existing)
-            and not (proposal.tenant and proposal.action == "add")
-        ]
+        stale = stale_proposals(self._items.values(), servers)
         for proposal in stale:
             del self._items[proposal.key]
         if stale:

@@ -136,3 +136,26 @@ async def test_a_listening_connection_ended_before_it_listens_is_made_again(post
     finally:
         store.close()
     assert store.ended == 1 and changes == [frozenset({"servers"})]
+
+
+def test_replicas_changing_proposals_at_once_keep_each_others_changes(
+    shared: SharedState, postgres_url: str, tmp_path: Path
+) -> None:
+    here = SharedProposals(shared.store, tmp_path)
+    there_state = SharedState.open(postgres_url)
+    try:
+        there = SharedProposals(there_state.store, tmp_path)  # neither reloads between the changes
+        for store, name in ((here, "alpha"), (there, "beta")):
+            store.put(new_proposal(name, "add", config={"command": f"{name}-server"}))
+        assert [proposal.name for proposal in SharedProposals(shared.store, tmp_path)] == ["alpha", "beta"]
+        # The operator drops alpha on one replica; a client proposes gamma on the other.
+        assert here.pop("alpha") is not None
+        there.put(new_proposal("gamma", "add", config={"command": "gamma-server"}))
+        assert [proposal.name for proposal in SharedProposals(shared.store, tmp_path)] == ["beta", "gamma"]
+        assert there.pop("alpha") is None  # already dropped: not dropped (or approved) twice
+        beta = next(proposal for proposal in there if proposal.name == "beta")
+        assert there.prune(["beta"]) == [beta]  # the operator has since configured a server "beta"
+        assert here.reload() is True and [proposal.name for proposal in here] == ["gamma"]
+    finally:
+        there_state.close()
+    assert not (tmp_path / "proposals.json").exists()
