@@ -75,6 +75,7 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     system: tuple[Bind | Symlink, ...] = ()  # from `system_binds()`
     binds: tuple[Bind, ...] = ()  # the command's install prefix, its script, operator's extra binds
+    links: tuple[Symlink, ...] = ()  # made after the binds (a command that is a symlink to its file)
     home: str | None = None  # host dir bound writable at HOME
     masks: tuple[Mask, ...] = ()  # hidden wherever a bind above would show them
     network: bool = True  # False: a network namespace of its own, with loopback only
@@ -155,6 +156,9 @@ def bwrap_argv(
         parents(bind.target)
         argv += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]
         mounted.append(bind.target)
+    for link in spec.links:
+        parents(link.path)
+        argv += ["--symlink", link.target, link.path]
     if spec.home is not None:
         parents(HOME)
         argv += ["--bind", spec.home, HOME]

@@ -8,6 +8,7 @@ script it is given) and hands everything to wire.bwrap, which builds the command
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,18 @@ def _prefix_of(executable: str) -> str | None:
     return prefix
 
 
+def _homes() -> set[str]:
+    """Every user's home dir, $HOME and /: never an install prefix, being where keys live (~/.ssh)."""
+    found = {entry.pw_dir for entry in pwd.getpwall() if entry.pw_dir}
+    if os.environ.get("HOME"):
+        found.add(os.environ["HOME"])
+    return {"/"} | {each for path in found for each in (os.path.normpath(path), os.path.realpath(path))}
+
+
+def _is_venv(prefix: str | None) -> bool:
+    return prefix is not None and os.path.isfile(os.path.join(prefix, "pyvenv.cfg"))
+
+
 def _shebang(path: str) -> str | None:
     try:
         with open(path, "rb") as script:
@@ -67,21 +80,34 @@ def _shebang(path: str) -> str | None:
 
 
 def install_paths(executable: str) -> list[str]:
-    """Host dirs the command needs read-only: its prefix, a virtualenv and the Python it is made of,
-    and the same for the interpreter a script names in its `#!` line."""
+    """Host paths the command needs read-only: its prefix, a virtualenv and the Python it is made of,
+    and the same for the interpreter a script names in its `#!` line.
+
+    A program installed right in a home dir (`~/bin/tool`: its prefix would be the whole home)
+    brings itself alone. A program that is a symlink (`~/.local/bin/tool` of uv or pipx) brings
+    the prefix of the file it leads to, not the dir of links it sits in (see `command_link`),
+    unless that dir is a virtualenv's (`.venv/bin/python`).
+    """
+    homes = _homes()
     found: list[str] = []
     seen: set[str] = set()
     queue = [executable]
     while queue:
-        program = queue.pop()
+        program = os.path.normpath(queue.pop())
         if program in seen:
             continue
         seen.add(program)
-        for path in (program, os.path.realpath(program)):
+        places = [program, os.path.realpath(program)]
+        if os.path.islink(program) and not _is_venv(_prefix_of(program)):
+            places.pop(0)  # a dir of links (~/.local/bin), unlike a virtualenv's bin/python
+        for path in dict.fromkeys(places):
             prefix = _prefix_of(path)
             if prefix is None:
                 continue
-            found.append(os.path.realpath(prefix) if path != program else prefix)
+            if prefix in homes or any(_inside(home, prefix) for home in homes):
+                found.append(path)
+                continue
+            found.append(prefix)
             # A virtualenv names its base interpreter's dir in pyvenv.cfg (`home = .../bin`).
             config = os.path.join(prefix, "pyvenv.cfg")
             if os.path.isfile(config):
@@ -95,9 +121,18 @@ def install_paths(executable: str) -> list[str]:
             queue.append(interpreter)
     unique: list[str] = []
     for path in dict.fromkeys(found):
-        if os.path.isdir(path) and not any(_inside(path, other) for other in found if other != path):
+        if os.path.exists(path) and not any(_inside(path, other) for other in found if other != path):
             unique.append(path)
     return unique
+
+
+def command_link(executable: str, binds: Sequence[bwrap.Bind]) -> bwrap.Symlink | None:
+    """The command as a symlink to its real file, when it is one that no bind shows (`~/.local/bin/x`)."""
+    if not os.path.islink(executable) or _is_system(executable):
+        return None
+    if any(_inside(executable, bind.target) for bind in binds):
+        return None
+    return bwrap.Symlink(path=executable, target=os.path.realpath(executable))
 
 
 def argument_files(args: Sequence[str], cwd: str | None) -> list[tuple[str, str]]:
@@ -257,9 +292,11 @@ def confine(
     if cwd is not None and not any(_inside(cwd, bind.target) for bind in binds):
         add(cwd, writable=False, operator=True)
     prepare_home(plan.home, uid)
+    link = command_link(executable, binds)
     spec = bwrap.SandboxSpec(
         system=bwrap.system_binds(),
         binds=tuple(binds),
+        links=(link,) if link is not None else (),
         home=plan.home,
         masks=masks(plan.hidden),
         network=plan.network,

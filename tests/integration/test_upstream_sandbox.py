@@ -155,3 +155,32 @@ def test_a_bind_through_a_symlink_hides_what_the_real_path_would(tmp_path: Path)
     seen = run_in(plan_for(path, "tool"), "tool", f"cat {link}/notes {link}/data/state; ls {link}/data")
     assert "shown" in seen
     assert "STATE" not in seen and "sandboxes" not in seen, seen
+
+
+def test_a_tool_installed_in_a_home_runs_without_showing_the_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "rev"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY\n")
+    script = f"#!/bin/sh\necho ran $0; cat {home}/.ssh/id_ed25519; ls -a {home} {home}/.local\n"
+    (home / "bin").mkdir()
+    (home / "bin" / "mytool").write_text(script)
+    real = home / ".local" / "share" / "uv" / "tools" / "srv" / "bin" / "srv"
+    real.parent.mkdir(parents=True)
+    real.write_text(script)
+    (home / ".local" / "bin").mkdir()
+    (home / ".local" / "bin" / "srv").symlink_to(real)
+    readable_tree(home)
+    for path in (home / "bin" / "mytool", real):
+        path.chmod(0o755)
+    (home / ".ssh" / "id_ed25519").chmod(0o644)  # only the sandbox's binds keep it from the uid
+    monkeypatch.setenv("HOME", str(home))
+    config = write_config(tmp_path, {"tool": {"command": "x", "sandbox": True}})
+    plan = plan_for(config, "tool")
+    for command in (home / "bin" / "mytool", home / ".local" / "bin" / "srv"):
+        confined = confine.confine(plan, "tool", str(command), [], {}, None)
+        done = subprocess.run(confined.argv, env=confined.env, capture_output=True, text=True, timeout=60, check=False)
+        seen = done.stdout + done.stderr
+        assert f"ran {command}" in seen, seen
+        assert "PRIVATE-KEY" not in seen and ".ssh" not in seen.splitlines(), seen

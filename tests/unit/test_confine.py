@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mcpvisor.workers.confine import argument_files, install_paths, masks, sandbox_env
+import pytest
+
+from mcpvisor.wire.bwrap import Bind, Symlink
+from mcpvisor.workers.confine import argument_files, command_link, install_paths, masks, sandbox_env
 
 
 def test_a_virtualenv_brings_the_python_it_was_made_from(tmp_path: Path) -> None:
@@ -93,3 +96,48 @@ def test_only_hidden_paths_that_exist_are_masked(tmp_path: Path) -> None:
         (str(tmp_path / "config.toml"), False),
         (str(tmp_path / "data"), True),
     ]
+
+
+def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "rev"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("KEY")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def test_a_program_right_in_a_home_brings_itself_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = fake_home(tmp_path, monkeypatch)
+    tool = home / "bin" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    assert install_paths(str(tool)) == [str(tool)]
+    direct = home / "tool"  # the home itself would be its prefix
+    direct.write_text("#!/bin/sh\n")
+    assert install_paths(str(direct)) == [str(direct)]
+
+
+def test_a_symlinked_program_brings_the_prefix_it_leads_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv and pipx put links in ~/.local/bin: that dir's parent (~/.local) is not the install."""
+    home = fake_home(tmp_path, monkeypatch)
+    venv = home / ".local" / "share" / "uv" / "tools" / "srv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "srv").write_text("#!/bin/sh\n")
+    link = home / ".local" / "bin" / "srv"
+    link.parent.mkdir()
+    link.symlink_to(venv / "bin" / "srv")
+    assert install_paths(str(link)) == [str(venv)]
+    # The link itself is made inside, unless a bind shows it.
+    made = command_link(str(link), [Bind(source=str(venv))])
+    assert made == Symlink(path=str(link), target=str(venv / "bin" / "srv"))
+    assert command_link(str(link), [Bind(source=str(home / ".local"))]) is None
+    assert command_link(str(venv / "bin" / "srv"), []) is None
+
+
+def test_a_virtualenvs_python_link_still_brings_the_virtualenv(tmp_path: Path) -> None:
+    venv = tmp_path / "project" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python").symlink_to("/usr/bin/python3")
+    assert install_paths(str(venv / "bin" / "python")) == [str(venv)]
