@@ -79,7 +79,17 @@ def _shebang(path: str) -> str | None:
     return parts[0]
 
 
-def install_paths(executable: str) -> list[str]:
+def _writable(path: str, untrusted: Sequence[str]) -> bool:
+    """Whether `path` (as given or where it leads) lies where the sandbox itself can write."""
+    return any(_inside(each, place) for each in (os.path.normpath(path), os.path.realpath(path)) for place in untrusted)
+
+
+def writable_places(plan: SandboxPlan) -> list[str]:
+    """Host dirs the upstream can write to (its rw binds, its home), as given and resolved."""
+    return list(dict.fromkeys(each for path in (*plan.rw, plan.home) for each in (path, os.path.realpath(path))))
+
+
+def install_paths(executable: str, untrusted: Sequence[str] = ()) -> list[str]:
     """Host paths the command needs read-only: its prefix, a virtualenv and the Python it is made of,
     and the same for the interpreter a script names in its `#!` line.
 
@@ -87,6 +97,11 @@ def install_paths(executable: str) -> list[str]:
     brings itself alone. A program that is a symlink (`~/.local/bin/tool` of uv or pipx) brings
     the prefix of the file it leads to, not the dir of links it sits in (see `command_link`),
     unless that dir is a virtualenv's (`.venv/bin/python`).
+
+    Nothing in `untrusted` (see `writable_places`) is followed: a pyvenv.cfg, a `#!` line or a
+    symlink there is the upstream's to rewrite, and would choose what its next start shows. A
+    program there needs no bind (its writable bind shows it), nor does its base interpreter when
+    it is the system's; any other must be bound with `ro`.
     """
     homes = _homes()
     found: list[str] = []
@@ -94,7 +109,7 @@ def install_paths(executable: str) -> list[str]:
     queue = [executable]
     while queue:
         program = os.path.normpath(queue.pop())
-        if program in seen:
+        if program in seen or _writable(os.path.dirname(program), untrusted):
             continue
         seen.add(program)
         places = [program, os.path.realpath(program)]
@@ -102,7 +117,7 @@ def install_paths(executable: str) -> list[str]:
             places.pop(0)  # a dir of links (~/.local/bin), unlike a virtualenv's bin/python
         for path in dict.fromkeys(places):
             prefix = _prefix_of(path)
-            if prefix is None:
+            if prefix is None or _writable(prefix, untrusted):
                 continue
             if prefix in homes or any(_inside(home, prefix) for home in homes):
                 found.append(path)
@@ -116,7 +131,7 @@ def install_paths(executable: str) -> list[str]:
                         key, _, value = line.partition("=")
                         if key.strip() == "home" and value.strip():
                             queue.append(os.path.join(value.strip(), "python3"))
-        interpreter = _shebang(program)
+        interpreter = None if _writable(program, untrusted) else _shebang(program)
         if interpreter is not None:
             queue.append(interpreter)
     unique: list[str] = []
@@ -135,20 +150,21 @@ def command_link(executable: str, binds: Sequence[bwrap.Bind]) -> bwrap.Symlink 
     return bwrap.Symlink(path=executable, target=os.path.realpath(executable))
 
 
-def argument_files(args: Sequence[str], cwd: str | None) -> list[tuple[str, str]]:
+def argument_files(args: Sequence[str], cwd: str | None, untrusted: Sequence[str] = ()) -> list[tuple[str, str]]:
     """Files the command is given as arguments (`python server.py`), as (host path, path inside).
 
     Only files, each alone (or the node_modules tree a script is part of): a directory argument
     (`mcp-server-filesystem /srv`) is the operator's to bind with `ro`/`rw`, since binding it here
     would open whatever it holds. A path through a symlink is shown both where it was given and
-    where it leads, as interpreters (Node) load a script's neighbours from its real path.
+    where it leads, as interpreters (Node) load a script's neighbours from its real path. One
+    in `untrusted` is shown by its writable bind already, and its symlink is not followed.
     """
     found: list[tuple[str, str]] = []
     for arg in args:
         if arg.startswith("-") or "\0" in arg:
             continue
         given = os.path.normpath(arg if os.path.isabs(arg) else os.path.join(cwd or os.getcwd(), arg))
-        if not os.path.isfile(given):
+        if not os.path.isfile(given) or _writable(os.path.dirname(given), untrusted):
             continue
         real = os.path.realpath(given)
         for path in dict.fromkeys((given, real)):
@@ -281,9 +297,10 @@ def confine(
         source, target = os.path.realpath(path), dest or path
         binds.append(bwrap.Bind(source=source, dest=target if target != source else "", writable=writable))
 
-    for path in install_paths(executable):
+    untrusted = writable_places(plan)
+    for path in install_paths(executable, untrusted):
         add(path, writable=False, operator=False)
-    for source, dest in argument_files(args, cwd):
+    for source, dest in argument_files(args, cwd, untrusted):
         add(source, writable=False, operator=False, dest=dest)
     for path in plan.ro:
         add(path, writable=False, operator=True)

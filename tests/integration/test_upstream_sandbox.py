@@ -184,3 +184,30 @@ def test_a_tool_installed_in_a_home_runs_without_showing_the_home(
         seen = done.stdout + done.stderr
         assert f"ran {command}" in seen, seen
         assert "PRIVATE-KEY" not in seen and ".ssh" not in seen.splitlines(), seen
+
+
+def test_what_the_upstream_can_write_never_chooses_its_next_binds(tmp_path: Path) -> None:
+    """pyvenv.cfg, a `#!` line and symlinks in a writable bind are the upstream's to rewrite."""
+    alice, bob = tmp_path / "x" / "alice", tmp_path / "x" / "bob"
+    (bob / "bin").mkdir(parents=True)
+    (bob / "bin" / "python3").write_text("")
+    (bob / "secret").write_text("BOB-DATA\n")
+    venv = alice / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    # As the upstream left them after its last run:
+    (venv / "pyvenv.cfg").write_text(f"home = /usr/bin\nhome = {bob / 'bin'}\n")
+    (venv / "bin" / "tool").write_text(f"#!/bin/sh\necho ran; cat {bob}/secret; ls {bob}\n# {bob}/bin/python3\n")
+    (alice / "script.sh").symlink_to(bob / "secret")
+    (alice / "run").write_text(f"#!{bob}/bin/python3\n")
+    readable_tree(tmp_path / "x")
+    (venv / "bin" / "tool").chmod(0o755)
+    config = write_config(tmp_path, {"tool": {"command": "x", "sandbox": {"rw": [str(alice)]}}})
+    plan = plan_for(config, "tool")
+    for command, args in (
+        (venv / "bin" / "tool", []),
+        (Path("/bin/sh"), [str(alice / "run"), str(alice / "script.sh")]),
+    ):
+        confined = confine.confine(plan, "tool", str(command), [str(a) for a in args], {}, None)
+        assert not any(str(bob) in arg for arg in confined.argv[: confined.argv.index("--")]), confined.argv
+    seen = run_in(plan, "tool", f"{venv}/bin/tool")
+    assert "ran" in seen and "BOB-DATA" not in seen, seen

@@ -141,3 +141,18 @@ def test_a_virtualenvs_python_link_still_brings_the_virtualenv(tmp_path: Path) -
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (venv / "bin" / "python").symlink_to("/usr/bin/python3")
     assert install_paths(str(venv / "bin" / "python")) == [str(venv)]
+
+
+def test_nothing_in_a_writable_place_is_followed(tmp_path: Path) -> None:
+    """The upstream rewrites pyvenv.cfg, `#!` lines and symlinks where it can write."""
+    rw, other = tmp_path / "rw", tmp_path / "other"
+    (other / "bin").mkdir(parents=True)
+    (other / "bin" / "python3").write_text("")
+    venv = rw / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {other / 'bin'}\n")
+    (venv / "bin" / "tool").write_text(f"#!{other / 'bin' / 'python3'}\n")
+    (rw / "link.py").symlink_to(other / "bin" / "python3")
+    assert set(install_paths(str(venv / "bin" / "tool"))) == {str(venv), str(other)}
+    assert install_paths(str(venv / "bin" / "tool"), [str(rw)]) == []
+    assert argument_files([str(rw / "link.py")], None, [str(rw)]) == []
