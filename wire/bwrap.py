@@ -77,6 +77,7 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     binds: tuple[Bind, ...] = ()  # the command's install prefix, its script, operator's extra binds
     links: tuple[Symlink, ...] = ()  # made after the binds (a command that is a symlink to its file)
     home: str | None = None  # host dir bound writable at HOME
+    tmpfs_bytes: int | None = None  # the most each of /tmp and /dev/shm may hold (None: half the RAM)
     masks: tuple[Mask, ...] = ()  # hidden wherever a bind above would show them
     network: bool = True  # False: a network namespace of its own, with loopback only
     cwd: str | None = None  # inside; None: HOME when there is one, else /
@@ -150,7 +151,9 @@ def bwrap_argv(
     # /dev/shm and /tmp as every program expects them (writable by all, sticky), private. bwrap
     # mounts them as root: without the mode, a sandbox's own uid could not write to them.
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777", "--tmpfs", "/tmp"]
+    # Their pages are memory, which the memory watchdog does not see in any process's RSS.
+    size = ["--size", str(spec.tmpfs_bytes)] if spec.tmpfs_bytes is not None else []
+    argv += [*size, "--perms", "1777", "--tmpfs", "/dev/shm", *size, "--perms", "1777", "--tmpfs", "/tmp"]
     made.update(("/proc", "/dev", "/dev/shm", "/tmp"))
     for bind in spec.binds:
         parents(bind.target)

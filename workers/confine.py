@@ -315,6 +315,7 @@ def confine(
         binds=tuple(binds),
         links=(link,) if link is not None else (),
         home=plan.home,
+        tmpfs_bytes=plan.memory_mb * 1024 * 1024,
         masks=masks(plan.hidden),
         network=plan.network,
         cwd=cwd,

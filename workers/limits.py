@@ -6,7 +6,8 @@ process joins before it execs bwrap, so everything it starts is counted. The ker
 limits; the worker only reads why a process died (the cgroup's OOM kill count).
 
 Where no cgroup is writable, `Watchdog` does supervisord's memmon: the worker reads the memory of
-the upstream's process tree and kills the tree above the limit.
+the upstream's process tree (its resident memory and the files in its private /tmp and /dev/shm)
+and kills the tree above the limit.
 """
 
 from __future__ import annotations
@@ -218,6 +219,38 @@ def tree_rss(root_pid: int) -> int:
     return total
 
 
+def tree_tmpfs(root_pid: int, points: tuple[str, ...] = ("tmp", "dev/shm")) -> int:
+    """Bytes held in the private /tmp and /dev/shm of a process tree's sandbox (0 outside one).
+
+    Files there are memory that no process's RSS shows. Each mount is counted once, and only
+    those of processes in another mount namespace than this one (the host's /tmp is not theirs).
+    """
+    try:
+        own = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return 0
+    counted: set[int] = set()
+    total = 0
+    queue = [root_pid]
+    while queue:
+        pid = queue.pop()
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/ns/mnt") != own:
+                for point in points:
+                    path = f"/proc/{pid}/root/{point}"
+                    with contextlib.suppress(OSError):
+                        device = os.stat(path).st_dev
+                        if device not in counted:
+                            counted.add(device)
+                            usage = os.statvfs(path)
+                            total += (usage.f_blocks - usage.f_bfree) * usage.f_frsize
+        with contextlib.suppress(OSError, ValueError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as children:
+                    queue.extend(int(child) for child in children.read().split())
+    return total
+
+
 @dataclass
 class Watchdog:
     """Where no cgroup is writable: kill the process tree above its memory limit (supervisord's memmon)."""
@@ -227,7 +260,7 @@ class Watchdog:
 
     async def watch(self, root_pid: int, kill: Callable[[], None]) -> None:
         while True:
-            used = tree_rss(root_pid)
+            used = tree_rss(root_pid) + tree_tmpfs(root_pid)
             if used > self.limit_bytes:
                 log.warning(
                     "sandbox pid %d uses %d MiB, over its %d MiB limit: killing it",

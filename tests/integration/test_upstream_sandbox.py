@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import tomli_w
+import trio
 
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor.supervisor import hidden_paths
 from mcpvisor.wire import sandboxing
-from mcpvisor.workers import confine
+from mcpvisor.workers import confine, limits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="system package missing: bubblewrap")
 
@@ -211,3 +212,40 @@ def test_what_the_upstream_can_write_never_chooses_its_next_binds(tmp_path: Path
         assert not any(str(bob) in arg for arg in confined.argv[: confined.argv.index("--")]), confined.argv
     seen = run_in(plan, "tool", f"{venv}/bin/tool")
     assert "ran" in seen and "BOB-DATA" not in seen, seen
+
+
+def test_tmp_and_shm_hold_no_more_than_the_memory_limit(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"tool": {"command": "/bin/sh", "sandbox": {"memory_mb": 64}}})
+    seen = run_in(
+        plan_for(config, "tool"),
+        "tool",
+        "for d in /tmp /dev/shm; do head -c 100M /dev/zero > $d/fill; echo $d $(stat -c %s $d/fill); done",
+    )
+    sizes = dict(line.split() for line in seen.splitlines() if line.startswith("/"))
+    assert sizes.keys() == {"/tmp", "/dev/shm"}, seen
+    assert all(int(size) <= 64 << 20 for size in sizes.values()), seen
+
+
+@pytest.mark.trio
+async def test_the_watchdog_counts_what_tmp_and_shm_hold(tmp_path: Path) -> None:
+    """Where no cgroup is writable: files in the sandbox's tmpfs are memory the RSS does not show."""
+    config = write_config(tmp_path, {"tool": {"command": "/bin/sh", "sandbox": {"memory_mb": 64}}})
+    plan = plan_for(config, "tool")
+    # Each below the limit, together above it; the processes themselves hold next to nothing.
+    script = "head -c 40M /dev/zero > /tmp/a && head -c 40M /dev/zero > /dev/shm/b && echo full && exec sleep 600"
+    confined = confine.confine(plan, "tool", "/bin/sh", ["-c", script], {}, None)
+    process = subprocess.Popen(confined.argv, env=confined.env, stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        assert await trio.to_thread.run_sync(process.stdout.readline) == b"full\n"
+        assert limits.tree_rss(process.pid) < 64 * limits.MIB
+        watchdog = limits.Watchdog(64 * limits.MIB)
+        with trio.fail_after(60):
+            await watchdog.watch(process.pid, process.kill)
+        assert watchdog.fired
+        assert process.wait(timeout=60) != 0
+    finally:
+        process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

@@ -135,3 +135,11 @@ def test_an_empty_command_is_refused() -> None:
 def test_an_operator_cwd_wins_over_home() -> None:
     argv = bwrap_argv(SandboxSpec(home="/h", cwd="/workspace"), ["x"], privileged=False)
     assert pairs(argv, "--chdir") == [("/workspace",)]
+
+
+def test_tmp_and_shm_are_writable_by_all_and_bounded_in_size() -> None:
+    argv = bwrap_argv(SandboxSpec(system=SYSTEM, tmpfs_bytes=64 << 20), ["x"], privileged=True)
+    for point in ("/dev/shm", "/tmp"):
+        at = argv.index(point)
+        assert argv[at - 5 : at] == ["--size", str(64 << 20), "--perms", "1777", "--tmpfs"]
+    assert "--size" not in bwrap_argv(SandboxSpec(system=SYSTEM), ["x"], privileged=True)
