@@ -59,18 +59,26 @@ async def logout(sup: Supervisor, args: Name) -> dict[str, Any]:
     if config is None or (
         tenant and (tenant not in sup.config.tenants or server not in sup.config.tenants[tenant].servers)
     ):
-        raise CommandError(f"{args.name}: no such server", EXIT_UNKNOWN)
+        # A tenant or server removed from the config leaves its stored login behind, still listed
+        # by `logins`: it can always be revoked.
+        if args.name not in await sup.stored_logins():
+            raise CommandError(f"{args.name}: no such server", EXIT_UNKNOWN)
+        return await _forget(sup, args.name)
     if tenant and config.oauth is not None and config.oauth.shared:
         raise CommandError(f"{args.name}: its login is shared by every tenant: `mcpvisor ctl logout {server}`")
     program = sup.programs.get(f"worker:{args.name}")
     if program is None or program.pid is None or not config.enabled:
         # No worker runs it (disabled, or a tenant's idle one): forget the stored tokens directly.
-        had = await sup.remove_login(args.name)
-        if had:
-            with contextlib.suppress(CommandError):  # the activity log is the frontend's; it may be down
-                await sup.ask_frontend("account", args.name, ["logout"])
-        return {"name": args.name, "connected": had}
+        return await _forget(sup, args.name)
     return await sup.ask_worker(program, "oauth_logout")
+
+
+async def _forget(sup: Supervisor, name: str) -> dict[str, Any]:
+    had = await sup.remove_login(name)
+    if had:
+        with contextlib.suppress(CommandError):  # the activity log is the frontend's; it may be down
+            await sup.ask_frontend("account", name, ["logout"])
+    return {"name": name, "connected": had}
 
 
 def render_logins(rows: list[dict[str, Any]]) -> str:

@@ -385,3 +385,28 @@ async def test_the_operator_sees_and_disconnects_a_tenants_account_in_the_consol
         await upstream_state(stack, "alice/remote", "authenticating")
         assert activity(stack)[-1] == ("alice", "remote", "logout", "operator")
         await alice.browser.aclose()
+
+
+async def test_the_operator_revokes_a_kept_login_whose_tenant_or_server_left_the_config(tmp_path: Path) -> None:
+    tables, _tokens = tenant_tables(tmp_path, ["echo"])
+    echo = {"command": sys.executable, "args": [str(UPSTREAMS / "echo_server.py")]}
+    async with open_stack(
+        tmp_path, {"echo": echo}, wait_for=[], tables={"tenants": {"alice": tables["alice"]}}
+    ) as stack:
+        # Logins kept from before bob, github and alice's github were taken out of the config.
+        gone = ["bob/echo", "alice/github", "github"]
+        for name in gone:
+            path = oauth_store.token_path(stack.data_dir, name)
+            oauth_store.save(path, oauth_store.TokenFile(tokens={"access_token": f"at-{name}"}, expires_at=9e9))
+        code, rows = await stack.actl("logins")
+        assert code == 0 and sorted(row["name"] for row in rows) == sorted(gone), rows
+
+        for name in gone:
+            code, result = await stack.actl("logout", name)
+            assert code == 0 and result == {"name": name, "connected": True}, result
+            assert not oauth_store.token_path(stack.data_dir, name).exists()
+        code, rows = await stack.actl("logins")
+        assert code == 0 and rows == [], rows
+        # A name nothing knows, in the config or kept, is still unknown.
+        code, result = await stack.actl("logout", "bob/echo")
+        assert code == 4, result
