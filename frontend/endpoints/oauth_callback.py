@@ -49,7 +49,10 @@ async def serve_oauth_callback(
     router: Router, servers: dict[str, ServerConfig], scope: dict[str, Any], send: Send
 ) -> None:
     """Hand the redirect to the worker whose login it answers, and tell the browser how it went."""
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1"), max_num_fields=20)
+    try:
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"), max_num_fields=20)
+    except ValueError:  # more fields than any redirect carries
+        query = {}
     params = {key: query[key][0][:_MAX_VALUE] for key in _FIELDS if query.get(key)}
     if scope.get("method") != "GET" or not params.get("state") or not (params.get("code") or params.get("error")):
         await _page(send, 400, "Not a login redirect", "This address receives the redirect of an upstream login.")

@@ -147,6 +147,8 @@ async def test_login_by_the_operator_then_tools_are_listed_and_callable(tmp_path
         async with httpx2.AsyncClient(timeout=30) as browser:
             forged = await browser.get(f"{stack.base_url}/oauth/callback", params={"code": "x", "state": "guess"})
             assert forged.status_code == 400
+            crowded = await browser.get(f"{stack.base_url}/oauth/callback", params={f"f{i}": "x" for i in range(25)})
+            assert crowded.status_code == 400 and "Not a login redirect" in crowded.text
             consent = await browser.get(result["url"])
             page = await browser.get(consent.headers["location"])
         assert page.status_code == 200 and "Logged in to remote" in page.text
