@@ -26,7 +26,10 @@ from mcpvisor.wire.config import (
 )
 from mcpvisor.wire.secrets import SECRET_REF
 from mcpvisor.wire.state_url import check_url
+from mcpvisor.wire.tenant_secrets import PLACEHOLDER
 from mcpvisor.wire.trust import exposure_problem
+
+_SAMPLE_TENANT = "TENANT0"  # a valid tenant name, standing in for `{tenant}` when a reference is checked
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -144,9 +147,11 @@ def _check(config: Config, text: str, source: str) -> None:
                 raise ConfigError(f"{where}: server {name!r}: url must start with http:// or https://")
         for table in (server.env, server.headers):
             for key, value in table.items():
-                for kind, ref in SECRET_REF.findall(value):
+                # A reference may name the tenant: the variable is checked with a tenant's name in place.
+                for kind, ref in SECRET_REF.findall(value.replace(PLACEHOLDER, _SAMPLE_TENANT)):
                     if kind == "env" and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", ref):
-                        raise ConfigError(f"{where}: server {name!r}: {key}: bad variable name in ${{env:{ref}}}")
+                        written = ref.replace(_SAMPLE_TENANT, PLACEHOLDER)
+                        raise ConfigError(f"{where}: server {name!r}: {key}: bad variable name in ${{env:{written}}}")
     for rid, registry in config.registries.items():
         _check_registry(rid, registry, f"{source}:{_line_of(text, ['registries', rid]) or '?'}")
     for tenant_name, tenant in config.tenants.items():

@@ -225,6 +225,13 @@ def test_an_env_reference_with_a_bad_variable_name_is_refused(table: str) -> Non
     assert "server 's': T: bad variable name in ${env:BAD NAME}" in message
 
 
+def test_an_env_reference_may_name_the_tenant_and_is_checked_with_a_name_in_place() -> None:
+    text = '[servers.s]\ncommand = "x"\nenv = { T = "${env:SLACK_{tenant}}" }\n'
+    assert loads(text).servers["s"].env == {"T": "${env:SLACK_{tenant}}"}
+    message = refused('[servers.s]\ncommand = "x"\nenv = { T = "${env:BAD {tenant}}" }\n')
+    assert "server 's': T: bad variable name in ${env:BAD {tenant}}" in message
+
+
 def test_good_secret_references_are_accepted_as_written() -> None:
     text = '[servers.s]\ncommand = "x"\nenv = { T = "${env:MY_TOKEN}", K = "${file:~/.keys/k}" }\n'
     assert loads(text).servers["s"].env == {"T": "${env:MY_TOKEN}", "K": "${file:~/.keys/k}"}
