@@ -31,6 +31,9 @@ LOGIN_METHODS = frozenset({CALLBACK_METHOD, LOGIN_METHOD, LOGOUT_METHOD})
 ACCOUNT_EVENT = "notifications/mcpvisor/account"
 CALLBACK_PATH = "/oauth/callback"
 START_PATH = "/oauth/start/"
+# Once a tenant opens its login link, how long it has to log in at the authorization server: the
+# login cookie's Max-Age, and what the worker waits beyond the link's own lifetime.
+LOGIN_AFTER_OPENING = 600.0
 
 
 class TokenFile(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -18,11 +18,12 @@ import trio
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult
 
+from mcpvisor.wire.oauth_store import LOGIN_AFTER_OPENING
 from mcpvisor.workers.oauth import LoginError, UpstreamAuth
 
 log = logging.getLogger(__name__)
 
-LOGIN_TIMEOUT = 600.0  # how long an authorization URL waits for its redirect
+LOGIN_TIMEOUT = 600.0  # how long an operator's authorization URL waits for its redirect
 URL_TIMEOUT = 30.0  # discovery and registration, before the URL can be shown
 COMPLETE_TIMEOUT = 30.0  # the token exchange after the redirect
 REPLACED = "replaced by a newer login"
@@ -68,11 +69,14 @@ class LoginDesk:
     def pending(self) -> bool:
         return self._scope is not None
 
-    async def start(self, redirect_uri: str, nursery: trio.Nursery, *, binding: str = "") -> dict[str, Any]:
+    async def start(
+        self, redirect_uri: str, nursery: trio.Nursery, *, binding: str = "", link_ttl: float = 0.0
+    ) -> dict[str, Any]:
         """Begin a login (or return the one in flight): the authorization URL for the operator.
 
         A tenant's login (`binding`) always starts afresh, so only the newest link works, and an
-        operator's does not join a tenant's.
+        operator's does not join a tenant's. It waits as long as its link (`link_ttl`) can be
+        opened, then as long as the browser has to log in once it is.
         """
         if self._scope is not None and (binding or self.binding):
             self.error = REPLACED
@@ -82,7 +86,8 @@ class LoginDesk:
             self.binding = binding
             self.error = ""
             self._done = trio.Event()
-            self._scope = trio.CancelScope(deadline=trio.current_time() + LOGIN_TIMEOUT)
+            wait = link_ttl + LOGIN_AFTER_OPENING if binding else LOGIN_TIMEOUT
+            self._scope = trio.CancelScope(deadline=trio.current_time() + wait)
             self.auth.begin_login()
             nursery.start_soon(self._run, redirect_uri, self._scope, self._done)
         done = self._done

@@ -275,7 +275,9 @@ class Worker:
         elif msg.method == LOGIN_METHOD:
             try:
                 request = _login_request.decode(payload or b"{}")
-                answer = await self.logins.start(request.redirect_uri, nursery, binding=request.binding)
+                answer = await self.logins.start(
+                    request.redirect_uri, nursery, binding=request.binding, link_ttl=request.link_ttl
+                )
             except (msgspec.DecodeError, msgspec.ValidationError):
                 await self._fail(msg.id, ErrorCode.BAD_REQUEST, "malformed login request")
                 return
@@ -505,6 +507,7 @@ _progress = msgspec.json.Decoder(_ProgressParams)
 class _LoginRequest(msgspec.Struct, kw_only=True):
     redirect_uri: str  # mcpvisor's /oauth/callback, from the operator's settings
     binding: str  # the hash of the cookie the tenant's login link sets
+    link_ttl: float = 0.0  # how long that link can be opened (login_link_ttl)
 
 
 _callback = msgspec.json.Decoder(CallbackParams)

@@ -432,6 +432,7 @@ class Upstreams:
         params = {
             "redirect_uri": oauth_store.redirect_uri(settings.listen, settings.public_url),
             "binding": binding_of(secret),
+            "link_ttl": self.logins.ttl,
         }
         try:
             raw = await self.router.request(server, oauth_store.LOGIN_METHOD, params, LOGIN_START_TIMEOUT)

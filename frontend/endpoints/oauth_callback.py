@@ -32,7 +32,7 @@ from mcpvisor.frontend.door.logins import (
 from mcpvisor.frontend.door.router import Router
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import WireError
-from mcpvisor.wire.oauth_store import CALLBACK_METHOD, CALLBACK_PATH, START_PATH
+from mcpvisor.wire.oauth_store import CALLBACK_METHOD, CALLBACK_PATH, LOGIN_AFTER_OPENING, START_PATH
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ PATH = CALLBACK_PATH
 ANSWER_TIMEOUT = 45.0  # the owner exchanges the code for tokens before it answers
 _FIELDS = ("state", "code", "iss", "error", "error_description")
 _MAX_VALUE = 4096
-LOGIN_COOKIE_AGE = 600.0  # as long as the worker waits for the redirect (workers/oauth_login.py)
+LOGIN_COOKIE_AGE = LOGIN_AFTER_OPENING
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -14,11 +14,15 @@ from pathlib import Path
 import httpx2
 import pytest
 import trio
+import trio.testing
 from mcp.shared.auth import AuthorizationCodeResult
+from trio.testing import MockClock
 
 from mcpvisor.wire import oauth_store
 from mcpvisor.wire.addresses import Reach, reach
+from mcpvisor.wire.oauth_store import LOGIN_AFTER_OPENING
 from mcpvisor.workers.oauth import LoginError, UpstreamAuth
+from mcpvisor.workers.oauth_login import CallbackParams, LoginDesk
 
 PUBLIC = "93.184.215.14"  # a global address, written as one so nothing is resolved
 AS_PUBLIC = "93.184.215.15"
@@ -177,3 +181,30 @@ async def test_a_private_upstream_may_not_name_a_metadata_address(tmp_path: Path
     with pytest.raises(LoginError, match="may not reach"):
         await log_in(tmp_path, "http://10.0.0.5", handler)
     assert not [line for line in seen if "169.254" in line]
+
+
+async def test_a_tenants_login_waits_for_its_link_then_for_the_browser(tmp_path: Path, mock_clock: MockClock) -> None:
+    # login_link_ttl = 3600: the link opened in its last second still finds its login waiting.
+    handler, _ = upstream("http://127.0.0.1:9")
+    auth = UpstreamAuth("http://127.0.0.1:9/mcp", oauth_store.FileRecord(tmp_path / "login.json"), None, lambda _: None)
+    failures: list[str] = []
+    desk = LoginDesk(
+        "alice/remote",
+        auth,
+        lambda: None,
+        failures.append,
+        http=lambda: httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+    )
+    async with trio.open_nursery() as nursery:
+        await desk.start(REDIRECT, nursery, binding="b1", link_ttl=3600)
+        mock_clock.jump(3600 + LOGIN_AFTER_OPENING - 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert desk.pending and not failures
+        answer = await desk.callback(CallbackParams(state=auth.state, code="code-1", binding="b1"))
+        assert answer["ok"] is True, answer
+
+        # A link nobody opens: the login ends once the browser's time is up as well.
+        await desk.start(REDIRECT, nursery, binding="b2", link_ttl=3600)
+        mock_clock.jump(3600 + LOGIN_AFTER_OPENING + 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not desk.pending and failures == ["the login was not completed in time; start it again"]
