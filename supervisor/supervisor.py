@@ -9,9 +9,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import trio
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # the database driver loads only with a shared store
     from mcpvisor.supervisor.shared import SharedState
 
 log = logging.getLogger("mcpvisor.supervisor")
+_T = TypeVar("_T")
 
 FRONTEND = "frontend"
 WORKER_PREFIX = "worker:"
@@ -246,6 +248,7 @@ class Supervisor:
         self._worker_replies: PendingReplies[int, Reply] = PendingReplies()
         self._nursery: trio.Nursery | None = None
         self._ops_lock = trio.Lock()  # one config-changing command at a time
+        self._proposals_lock = trio.Lock()  # one change to the shared proposals at a time, in order
         self.forkserver = ForkServer(
             [sys.executable, "-P", "-m", "mcpvisor.workers.forkserver"], os.environ, self.log_dir / "forkserver.log"
         )
@@ -679,7 +682,7 @@ class Supervisor:
     async def apply(self, new: Config, diff: ConfigDiff) -> ConfigDiff:
         """Make the running processes match `new`: touch only what the diff names."""
         self.config = new
-        self.proposals.prune(new.servers)
+        await self.on_proposals(self.proposals.prune, new.servers)
         # Tell the frontend first: a disabled or removed server disappears from clients' lists
         # now, not after its worker has finished stopping.
         self.publish_config()
@@ -728,15 +731,23 @@ class Supervisor:
                 )
                 await self.apply(new, diff)
 
+    async def on_proposals(self, call: Callable[..., _T], *args: Any) -> _T:
+        """`call(*args)`, a method of `self.proposals`. With a shared store, in a thread: it waits on
+        the network (a client's proposal too), which must not hold up the supervisor's loop."""
+        if self.shared is None:
+            return call(*args)
+        async with self._proposals_lock:
+            return await trio.to_thread.run_sync(call, *args)
+
     async def follow_proposals(self) -> None:
-        await trio.to_thread.run_sync(self.proposals.reload)  # type: ignore[attr-defined]
+        await self.on_proposals(self.proposals.reload)  # type: ignore[attr-defined]
 
     async def reload(self, new: Config) -> None:
         """Restart every process with `new`."""
         async with self._ops_lock:
             await self._remove_programs([name for name in self.programs if name != FRONTEND])
             self.config = new
-            self.proposals.prune(new.servers)
+            await self.on_proposals(self.proposals.prune, new.servers)
             frontend = self.programs[FRONTEND]
             frontend.launch = self.frontend_launch()
             await self.stop_programs([frontend])

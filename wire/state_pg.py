@@ -37,6 +37,19 @@ CONNECT_TIMEOUT: Final = 10  # seconds, per connection attempt
 # Seconds a statement waits for a connection of the pool: with the store down, a request is
 # refused this soon (a 503 to retry) rather than held.
 POOL_WAIT: Final = 3.0
+# Seconds a statement of the pool may run (a lock held elsewhere, a server that stopped
+# answering): the caller gets an error, not a wait without end. Not on connect()'s connections:
+# a migration waits for another replica's, and LISTEN waits by design.
+STATEMENT_TIMEOUT: Final = 10.0
+# A server gone without closing its connections (a host lost, a network cut) is found out by TCP
+# within about this many seconds, on every connection, rather than after the kernel's hours.
+_KEEPALIVE: Final = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,  # milliseconds that data sent may stay unacknowledged
+}
 RESYNC_EVERY: Final = 5.0  # seconds between full re-reads by `follow`, whatever was notified
 WAIT_SLICE: Final = 0.5  # seconds a wait for notifications blocks its thread (bounds the wait at shutdown)
 
@@ -181,7 +194,9 @@ class PostgresState:
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         """One connection of its own (migrations, LISTEN); StateStoreError says why there is none."""
         try:
-            return psycopg.connect(self._url, connect_timeout=CONNECT_TIMEOUT, autocommit=True, **kwargs)
+            return psycopg.connect(
+                self._url, connect_timeout=CONNECT_TIMEOUT, autocommit=True, **{**_KEEPALIVE, **kwargs}
+            )
         except psycopg.Error as exc:
             raise StateStoreError(self.describe(exc)) from None
 
@@ -217,7 +232,8 @@ class PostgresState:
                     self._url,
                     min_size=1,
                     max_size=self._max_size,
-                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT},
+                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **_KEEPALIVE},
+                    configure=_limit_statements,
                     timeout=POOL_WAIT,
                     name="mcpvisor-state",
                     open=True,
@@ -287,6 +303,11 @@ class PostgresState:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+
+
+def _limit_statements(connection: psycopg.Connection[Any]) -> None:
+    # SET rather than `options` in the URL's place: options the operator gave in the URL are kept.
+    connection.execute(f"SET statement_timeout = {int(STATEMENT_TIMEOUT * 1000)}")
 
 
 class Listener:

@@ -24,5 +24,5 @@ async def block(sup: Supervisor, args: ServerTools) -> dict[str, Any]:
     """
     proposal = sup.proposals.get(args.name)
     if proposal is not None and not args.tools:
-        return reject_proposal(sup, proposal)
+        return await reject_proposal(sup, proposal)
     return msgspec.to_builtins(await sup.ask_frontend("block", args.name, args.tools))

@@ -52,7 +52,7 @@ async def server_add(sup: Supervisor, args: AddArgs) -> dict[str, Any]:
         raise CommandError(f"server {args.name!r} already exists (change it with an update)")
     server = configstore.server_from_table(args.name, args.config, source=f"server {args.name!r}")
     await sup.change_server(args.name, server)
-    sup.proposals.pop(args.name)  # a client's proposal for this name is moot now
+    await sup.on_proposals(sup.proposals.pop, args.name)  # a client's proposal for this name is moot now
     return {"name": args.name, "action": "add", "config": redacted(configstore.server_table(server))}
 
 
@@ -83,5 +83,5 @@ async def server_remove(sup: Supervisor, args: RemoveArgs) -> dict[str, Any]:
     if args.name not in sup.config.servers:
         raise CommandError(f"{args.name}: no such server", EXIT_UNKNOWN)
     await sup.change_server(args.name, None)
-    sup.proposals.pop(args.name)
+    await sup.on_proposals(sup.proposals.pop, args.name)
     return {"name": args.name, "action": "remove"}

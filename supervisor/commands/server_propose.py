@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import trio
 
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
@@ -152,10 +153,11 @@ async def server_propose(sup: Supervisor, args: ProposeArgs) -> dict[str, Any]:
             if action in ("enable", "disable") and current.enabled == (action == "enable"):
                 earlier = sup.proposals.get(name)
                 if earlier is not None and earlier.action in ("enable", "disable"):
-                    sup.proposals.pop(name)  # the server is as the client now asks: an opposite proposal is moot
+                    # The server is as the client now asks: an opposite proposal is moot.
+                    await sup.on_proposals(sup.proposals.pop, name)
                 return {"name": name, "action": action, "pending": False, "changed": False}
             proposal = new_proposal(name, action)
-    replaced = sup.proposals.put(proposal)
+    replaced = await sup.on_proposals(sup.proposals.put, proposal)
     return {
         "name": name,
         "action": action,
@@ -217,28 +219,29 @@ async def apply_proposal(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
     server: ServerConfig | None
     if proposal.action == "add":
         if current is not None:
-            sup.proposals.pop(proposal.key)
+            await sup.on_proposals(sup.proposals.pop, proposal.key)
             raise CommandError(f"{name}: a server of that name exists now; the proposal to add it was dropped")
         # The operator approved what runs: not quarantined. Its tools are pinned as first seen.
         table = {**(proposal.config or {}), "quarantined": False}
         server = configstore.server_from_table(name, table, source=f"proposed server {name!r}")
     else:
         if current is None:
-            sup.proposals.pop(proposal.key)
+            await sup.on_proposals(sup.proposals.pop, proposal.key)
             raise CommandError(f"{name}: no such server any more; the proposal was dropped", EXIT_UNKNOWN)
         server = _result(proposal, current)
     if proposal.tenant and proposal.tenant not in sup.config.tenants:
-        sup.proposals.pop(proposal.key)
+        await sup.on_proposals(sup.proposals.pop, proposal.key)
         raise CommandError(
             f"{proposal.key}: tenant {proposal.tenant!r} is no longer configured; the proposal was dropped"
         )
     # Dropped first, so applying it does not read as the servers changing under it; kept on failure.
-    sup.proposals.pop(proposal.key)
+    await sup.on_proposals(sup.proposals.pop, proposal.key)
     try:
         if server != current:
             await sup.change_server(name, server, tenant=proposal.tenant)
     except BaseException:
-        sup.proposals.put(proposal)
+        with trio.CancelScope(shield=True):  # kept even when the command was cancelled
+            await sup.on_proposals(sup.proposals.put, proposal)
         raise
     result: dict[str, Any] = {
         "kind": "proposal",
@@ -251,8 +254,8 @@ async def apply_proposal(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
     return result
 
 
-def reject_proposal(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
-    sup.proposals.pop(proposal.key)
+async def reject_proposal(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
+    await sup.on_proposals(sup.proposals.pop, proposal.key)
     return {"kind": "proposal", "name": proposal.key, "action": "block", "proposal": proposal.action}
 
 

@@ -8,6 +8,9 @@ pending proposals are one list.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +18,12 @@ import msgspec
 import psycopg
 import pytest
 import trio
+import trio.testing
 
-from mcpvisor.supervisor.config import loads
+from mcpvisor.supervisor.config import load, loads
 from mcpvisor.supervisor.shared import SharedProposals, SharedState
+from mcpvisor.supervisor.supervisor import Supervisor
+from mcpvisor.wire import state_pg
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.proposals import new_proposal
 from mcpvisor.wire.state_pg import PostgresState, follow
@@ -159,3 +165,60 @@ def test_replicas_changing_proposals_at_once_keep_each_others_changes(
     finally:
         there_state.close()
     assert not (tmp_path / "proposals.json").exists()
+
+
+@contextmanager
+def proposals_held(postgres_url: str) -> Iterator[Callable[[], None]]:
+    """The proposals row locked by another client of the store, as a stuck transaction would; yields
+    the release, which also comes by itself after a while, so a test that blocks on it ends."""
+    holder = psycopg.connect(postgres_url)
+    holder.execute("INSERT INTO documents (name, body) VALUES ('proposals', '{}') ON CONFLICT (name) DO NOTHING")
+    holder.commit()
+    holder.execute("SELECT body FROM documents WHERE name = 'proposals' FOR UPDATE")
+    release = threading.Timer(40, holder.rollback)
+    release.start()
+    try:
+        yield holder.rollback
+    finally:
+        release.cancel()
+        holder.close()
+
+
+def test_a_statement_stuck_on_the_store_fails_instead_of_waiting(
+    shared: SharedState, postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_pg, "STATEMENT_TIMEOUT", 1.0)
+    store = SharedState.open(postgres_url)
+    try:
+        proposals = SharedProposals(store.store, tmp_path)
+        with proposals_held(postgres_url), pytest.raises(OSError, match="statement timeout"):
+            proposals.put(new_proposal("alpha", "add", config={"command": "alpha-server"}))
+        assert len(proposals) == 0
+    finally:
+        store.close()
+
+
+async def test_a_proposal_waiting_on_the_store_holds_up_nothing_else(
+    shared: SharedState, postgres_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(f'[mcpvisor]\ndata_dir = "{tmp_path / "data"}"\n\n[servers.alpha]\ncommand = "alpha-server"\n')
+    (tmp_path / "data").mkdir()
+    config = load(path)
+    sup = Supervisor(config, path, shared=shared, base=config)
+    spec = sup.commands["server.propose"]
+    order: list[str] = []
+
+    async def propose() -> None:
+        data = {"name": "beta", "action": "add", "config": {"url": "https://h.example/mcp"}}
+        answer = await spec.handler(sup, spec.parse([], data))
+        order.append("proposed" if answer["pending"] else "not proposed")
+
+    with proposals_held(postgres_url) as release:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(propose)
+            await trio.testing.wait_all_tasks_blocked()  # the proposal waits on the store
+            order.append("served meanwhile")  # the supervisor's loop goes on
+            release()
+    assert order == ["served meanwhile", "proposed"]
+    assert [proposal.name for proposal in sup.proposals] == ["beta"]
