@@ -15,6 +15,12 @@ same answer) is looked for among the open files of the processes, and the connec
 user's own only while a process in our PID and user namespaces holds it and none in another
 does. Finding no holder proves nothing: a sandbox can send its socket to itself over a UNIX
 socket and close it, leaving it in no process's hands while its request is read.
+
+Some of the user's processes cannot be looked into: ssh-agent, gpg-agent and the like make
+themselves non-dumpable. Such a process could hold the socket unseen, yet it can be one of our
+sandboxes only if it descends from mcpvisor's supervisor (the frontend's parent), which
+`/proc/PID/stat` tells of any process: one elsewhere is passed over, one inside leaves the answer
+unknown.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -212,16 +218,21 @@ class Holders:
     sandboxed: int | None = None
 
 
-def socket_holders(inodes: Collection[int], uid: int, proc: Path = PROC) -> dict[int, Holders]:
+def socket_holders(
+    inodes: Collection[int], uid: int, proc: Path = PROC, *, supervisor: int | None = None
+) -> dict[int, Holders]:
     """For each socket inode, a process in our namespaces and one in another that hold it (or None).
 
     One walk of the processes answers for all the sockets. Every sandboxed process's descriptors
     are read; among ours, only until each socket has a holder, highest pid first (clients are mostly
     young, daemons with many files old). A process that leaves while it is looked at holds nothing. One
-    the kernel will not let us inspect is another user's (ours, sandboxed ones included, we may
-    inspect), or one of `uid`'s that hides its namespaces: the sockets are `uid`'s, so that one is
-    not ruled out as a sandboxed holder, and the answer is "unknown" (PeerUnknown).
+    the kernel will not let us inspect is another user's, or one of `uid`'s that made itself
+    non-dumpable. The sockets are `uid`'s, so such a process descending from `supervisor` (by
+    default our parent, mcpvisor's supervisor) could be a sandboxed holder hiding its descriptors,
+    and the answer is "unknown" (PeerUnknown). One of `uid`'s elsewhere (ssh-agent, gpg-agent) is
+    no sandbox of ours and is passed over: see `descends_from` for why a sandbox cannot be there.
     """
+    root = os.getppid() if supervisor is None else supervisor
     try:
         ours = _namespaces(f"{proc}/self")
         pids = sorted((int(entry) for entry in os.listdir(proc) if entry.isdigit()), reverse=True)
@@ -241,7 +252,7 @@ def socket_holders(inodes: Collection[int], uid: int, proc: Path = PROC) -> dict
             continue  # gone meanwhile
         except OSError as exc:
             gone = not os.path.exists(pid_dir)
-            if gone or (isinstance(exc, PermissionError) and _real_uid_of(pid_dir) not in (uid, None)):
+            if gone or (isinstance(exc, PermissionError) and _passed_over(pid, uid, root, proc)):
                 continue
             raise PeerUnknown(f"process {pid}'s namespaces or descriptors cannot be read ({exc.strerror})") from None
         held = held_inside if inside else held_by_ours
@@ -252,7 +263,91 @@ def socket_holders(inodes: Collection[int], uid: int, proc: Path = PROC) -> dict
                 continue  # closed meanwhile
             if inode is not None:
                 held.setdefault(inode, pid)
+    if supervisor is None and os.getppid() != root:
+        # The supervisor left during the walk: its sandboxes may have been adopted elsewhere.
+        raise PeerUnknown("mcpvisor's supervisor exited while the processes were looked through")
     return {inode: Holders(ours=held_by_ours.get(inode), sandboxed=held_inside.get(inode)) for inode in inodes}
+
+
+def _passed_over(pid: int, uid: int, root: int, proc: Path) -> bool:
+    """Whether a process we may not inspect can be no holder of `uid`'s sockets we must know of."""
+    owner = _real_uid_of(f"{proc}/{pid}")
+    if owner is None:
+        return False
+    if owner != uid:
+        return True  # another user's: the sockets are `uid`'s, and our sandboxes run as `uid`
+    return descends_from(pid, root, functools.partial(read_lineage, proc)) is not True
+
+
+def read_lineage(proc: Path, pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of process `pid` from `/proc/PID/stat`; None once it has left.
+
+    Readable for every process, non-dumpable ones too. PeerUnknown when it cannot be read.
+    """
+    try:
+        with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as file:
+            text = file.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as exc:
+        raise PeerUnknown(f"process {pid}'s parent cannot be read ({exc.strerror})") from None
+    found = parent_and_start(text)
+    if found is None:
+        raise PeerUnknown(f"process {pid}'s parent cannot be read (unexpected /proc/{pid}/stat)")
+    return found
+
+
+def parent_and_start(stat: str) -> tuple[int, int] | None:
+    """(ppid, start time in clock ticks) in the text of `/proc/PID/stat`, or None."""
+    # pid (comm) state ppid ... starttime is the 22nd field; comm may hold spaces and parentheses.
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) < 20 or not fields[1].isdigit() or not fields[19].isdigit():
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+# A line of parents longer than this is not followed (a sandbox can fork one that deep, and is
+# then refused); a climb the tree keeps changing under is tried this many times.
+MAX_DEPTH: Final = 4096
+CLIMBS: Final = 3
+
+
+def descends_from(pid: int, ancestor: int, lineage: Callable[[int], tuple[int, int] | None]) -> bool | None:
+    """Whether process `pid` is `ancestor` or descends from it; None once `pid` has left.
+
+    `lineage(pid)` is (parent pid, start time), None for a process that has left. This is why
+    every sandboxed process descends from the supervisor: bwrap is started by a worker (or, for a
+    script, the frontend), both the supervisor's children, and its sandbox is a PID namespace of
+    its own that no process inside can leave. An orphan there is adopted by a subreaper or the
+    namespace's init, both inside, and when that init dies the kernel kills the namespace; one
+    outside it (bwrap, the worker) is adopted by the nearest subreaper above, at worst the
+    supervisor. Adoption only ever moves a process up its own line, so none of our tree leaves it
+    while the supervisor lives (socket_holders checks that it did), and none from elsewhere enters.
+
+    What can mislead is a pid reused while the line is followed: the parent read may already be
+    another process with the dead parent's pid. So a parent counts only once its child is seen to
+    have kept it (same parent, same start time) after the parent was read: a child's parent changes
+    only when that parent exits, so it lived all along and its pid was no other process's. When
+    the tree changes under the climb, it starts again; PeerUnknown once it keeps changing.
+    """
+    for _climb in range(CLIMBS):
+        facts = lineage(pid)
+        if facts is None:
+            return None
+        child = pid
+        for _step in range(MAX_DEPTH):
+            if child == ancestor:
+                return True
+            parent = facts[0]
+            if parent == 0:
+                return False  # the root of the PID namespace (init, kthreadd), and no ancestor met
+            parent_facts = lineage(parent)
+            if parent_facts is None or lineage(child) != facts:
+                break  # a parent left meanwhile: its children were adopted, climb again
+            child, facts = parent, parent_facts
+        else:
+            raise PeerUnknown(f"process {pid}'s line of parents is deeper than {MAX_DEPTH}")
+    raise PeerUnknown(f"process {pid}'s line of parents kept changing while it was followed")
 
 
 def _real_uid_of(pid_dir: str) -> int | None:

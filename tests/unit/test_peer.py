@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import shutil
 import socket
@@ -22,7 +23,9 @@ from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
 from mcpvisor.frontend.endpoints.peer import (
     Holders,
     PeerUnknown,
+    descends_from,
     other_namespace,
+    parent_and_start,
     parse_diag_answer,
     peer_socket,
     peer_uid,
@@ -413,7 +416,9 @@ def test_the_kernels_inode_is_the_one_the_clients_descriptor_names() -> None:
                     assert (uid, socket_link(inode)) == (os.getuid(), link)
 
 
-def _process(proc: Path, pid: str, namespaces: dict[str, str], links: list[str], uid: int = 1000) -> None:
+def _process(
+    proc: Path, pid: str, namespaces: dict[str, str], links: list[str], uid: int = 1000, parent: int = 1
+) -> None:
     (proc / pid / "ns").mkdir(parents=True)
     (proc / pid / "fd").mkdir()
     for kind, target in namespaces.items():
@@ -421,6 +426,12 @@ def _process(proc: Path, pid: str, namespaces: dict[str, str], links: list[str],
     for n, target in enumerate(links):
         (proc / pid / "fd" / str(n)).symlink_to(target)
     (proc / pid / "status").write_text(f"Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    (proc / pid / "stat").write_text(_stat(pid, "x", parent, 100))
+
+
+def _stat(pid: str, name: str, parent: int, start: int) -> str:
+    """A `/proc/PID/stat` line: pid (comm) state ppid, then fields up to starttime (the 22nd) and on."""
+    return f"{pid} ({name}) S {parent} " + "0 " * 17 + f"{start} 0 0\n"
 
 
 HOST_NS = {"pid": "pid:[4026531836]", "user": "user:[4026531837]"}
@@ -446,29 +457,89 @@ def test_the_holders_of_sockets_inside_and_outside_other_namespaces_are_found(tm
         socket_holders([222], 1000, tmp_path / "nothing")
 
 
+def _hidden(monkeypatch: pytest.MonkeyPatch, *pids: str) -> None:
+    """Make these fake processes answer as the kernel does for one we may not trace (tests run as root)."""
+    readlink, listdir = os.readlink, os.listdir
+
+    def refused(path: str) -> None:
+        if any(f"/{pid}/" in str(path) or str(path).endswith(f"/{pid}/fd") for pid in pids):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(os, "readlink", lambda path: refused(path) or readlink(path))
+    monkeypatch.setattr(os, "listdir", lambda path: refused(path) or listdir(path))
+
+
 def test_a_process_of_the_same_user_that_cannot_be_inspected_is_not_ruled_out(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proc = tmp_path / "proc"
     _process(proc, "self", HOST_NS, [])
+    _process(proc, "1", HOST_NS, [], uid=0, parent=0)
+    _process(proc, "5", HOST_NS, [])  # mcpvisor's supervisor
     _process(proc, "10", HOST_NS, ["socket:[222]"])
-    _process(proc, "40", HOST_NS, [], uid=1000)
-    readlink = os.readlink
-
-    def guarded(path: object) -> str:
-        # As the kernel answers for a process we may not trace (tests run as root, which may).
-        if "/40/" in str(path):
-            raise PermissionError(errno.EACCES, "Permission denied")
-        return readlink(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "readlink", guarded)
+    _process(proc, "30", HOST_NS, [], parent=5)  # bwrap, started by a worker
+    _process(proc, "40", HOST_NS, [], uid=1000, parent=30)  # inside a sandbox, non-dumpable
+    _hidden(monkeypatch, "40")
     with pytest.raises(PeerUnknown, match="process 40"):
-        socket_holders([222], 1000, proc)
+        socket_holders([222], 1000, proc, supervisor=5)
     # Another user's process: the socket is uid 2000's, and that process is not one of them.
-    assert socket_holders([222], 2000, proc) == {222: Holders(ours=10)}
+    assert socket_holders([222], 2000, proc, supervisor=5) == {222: Holders(ours=10)}
     # One that left meanwhile is no holder.
     shutil.rmtree(proc / "40")
-    assert socket_holders([222], 1000, proc) == {222: Holders(ours=10)}
+    assert socket_holders([222], 1000, proc, supervisor=5) == {222: Holders(ours=10)}
+
+
+def test_a_hidden_process_of_the_same_user_outside_mcpvisor_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = tmp_path / "proc"
+    _process(proc, "self", HOST_NS, [])
+    _process(proc, "1", HOST_NS, [], uid=0, parent=0)
+    _process(proc, "5", HOST_NS, [], parent=7)  # mcpvisor's supervisor, under the user's service manager
+    _process(proc, "7", HOST_NS, [])  # the user's service manager
+    _process(proc, "10", HOST_NS, ["socket:[222]"])
+    _process(proc, "50", HOST_NS, [], parent=7)  # ssh-agent: non-dumpable, the supervisor's sibling
+    _process(proc, "60", HOST_NS, [], parent=1)  # gpg-agent, daemonized
+    _hidden(monkeypatch, "50", "60")
+    assert socket_holders([222], 1000, proc, supervisor=5) == {222: Holders(ours=10)}
+    # One whose parent cannot be read is not passed over.
+    (proc / "60" / "stat").write_text("60 (gpg-agent")
+    with pytest.raises(PeerUnknown, match="process 60's parent cannot be read"):
+        socket_holders([222], 1000, proc, supervisor=5)
+
+
+def test_a_line_of_parents_counts_only_as_the_kernel_kept_it() -> None:
+    # 5 is the supervisor; 20 its child (bwrap), 30 a sandboxed process under it; 1 init.
+    tree = {1: (0, 1), 5: (1, 50), 7: (1, 60), 20: (5, 200), 30: (20, 300), 40: (7, 400)}
+    assert descends_from(30, 5, tree.get) is True
+    assert descends_from(5, 5, tree.get) is True
+    assert descends_from(40, 5, tree.get) is False
+    assert descends_from(7, 5, tree.get) is False
+    assert descends_from(99, 5, tree.get) is None  # gone
+
+    # 20 exits while 30's line is followed: 30 is adopted by the supervisor (a subreaper) and pid
+    # 20 is at once another process, outside. Read as found, 30 would seem to descend from init.
+    now = dict(tree)
+
+    def racing(pid: int) -> tuple[int, int] | None:
+        if pid == 20 and now[30] == (20, 300):
+            now.update({30: (5, 300), 20: (1, 900)})
+        return now.get(pid)
+
+    assert descends_from(30, 5, racing) is True
+
+    # A tree that keeps changing under the climb, or a line no real tree has, is no answer.
+    reads = itertools.count()
+    with pytest.raises(PeerUnknown, match="kept changing"):
+        descends_from(30, 5, lambda pid: (20 + next(reads) % 2, 300) if pid == 30 else tree[5])
+    with pytest.raises(PeerUnknown, match="deeper than"):
+        descends_from(30, 5, lambda pid: (pid, 0))
+
+
+def test_stat_parsing() -> None:
+    assert parent_and_start(_stat("42", "a) (b c", 7, 12345)) == (7, 12345)
+    assert parent_and_start("42 (x) S") is None
+    assert parent_and_start("42 (x) S y" + " 0" * 30) is None
 
 
 def test_namespace_and_status_parsing() -> None:
