@@ -7,8 +7,9 @@ the hostile workspace shell (tests/upstreams/shell_server.py) could POST `initia
 container's unprivileged user (tests/support/unprivileged.py) with the shell sandboxed: from
 inside, both are refused with the boundary's 403, while a client of that same user outside any
 sandbox is served. Hiding the socket from the check does not help either: a connection is served
-only while a process outside every sandbox holds it. Run as root, the sandbox's uid is 2^30 and
-more, and is refused as another user's.
+only while a process outside every sandbox holds it. The user's own processes that cannot be
+looked into (ssh-agent's way) stand in the way only when they run under mcpvisor, as a sandbox's
+would. Run as root, the sandbox's uid is 2^30 and more, and is refused as another user's.
 """
 
 from __future__ import annotations
@@ -241,6 +242,41 @@ async def test_a_socket_out_of_the_sandboxs_hands_when_checked_is_refused_too() 
             assert second.startswith("403 "), second
             assert "inside a server's sandbox" in second, second
     finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# As ssh-agent and gpg-agent do: become non-dumpable (prctl PR_SET_DUMPABLE 0), which hides this
+# process's namespaces and descriptors from the user's other processes, say so, and stay.
+HIDE = "import ctypes, time; assert ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) == 0; print('hidden', flush=True); time.sleep(600)"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or missing_tools() is not None, reason=str(missing_tools()))
+async def test_a_hidden_process_of_the_user_matters_only_inside_mcpvisor() -> None:
+    if not Path("/usr/bin/python3").exists():  # noqa: ASYNC240
+        pytest.skip("no system python3 to run inside the sandbox")
+    base = Path(tempfile.mkdtemp(prefix="reach-back-", dir="/tmp"))
+    agent: subprocess.Popen[str] | None = None
+    try:
+        async with stack_as_user(base, SERVERS) as stack:
+            # The user's agent, started apart from mcpvisor: it cannot be looked into, nor be a sandbox.
+            agent = subprocess.Popen([*SETPRIV, "/usr/bin/python3", "-c", HIDE], stdout=subprocess.PIPE, text=True)
+            assert agent.stdout is not None
+            assert await trio.to_thread.run_sync(agent.stdout.readline) == "hidden\n"
+            served = await trio.to_thread.run_sync(as_same_user, stack.direct_url, INITIALIZE)
+            assert served.startswith("200 ") and '"serverInfo"' in served, served
+            # A sandboxed process hiding itself the same way could hold any connection's socket.
+            hide = f'/usr/bin/python3 -c "{HIDE}" > /tmp/hidden 2>&1 & until grep -q hidden /tmp/hidden; do sleep 0.05; done'
+            async with stack.client() as client:
+                text = outcome(await client.call_tool("shell:run", {"command": hide}))
+            assert "exit: 0" in text, text
+            refused = await trio.to_thread.run_sync(as_same_user, stack.direct_url, INITIALIZE)
+            assert refused.startswith("403 "), refused
+            message = json.loads(refused[4:])["message"]
+            assert "cannot tell who opened this connection" in message and "cannot be read" in message, refused
+    finally:
+        if agent is not None:
+            agent.kill()
+            agent.communicate()
         shutil.rmtree(base, ignore_errors=True)
 
 
