@@ -251,7 +251,7 @@ def socket_holders(
         except (FileNotFoundError, ProcessLookupError):
             continue  # gone meanwhile
         except OSError as exc:
-            gone = not os.path.exists(pid_dir)
+            gone = not os.path.exists(pid_dir) or _exited(proc, pid)
             if gone or (isinstance(exc, PermissionError) and _passed_over(pid, uid, root, proc)):
                 continue
             raise PeerUnknown(f"process {pid}'s namespaces or descriptors cannot be read ({exc.strerror})") from None
@@ -267,6 +267,24 @@ def socket_holders(
         # The supervisor left during the walk: its sandboxes may have been adopted elsewhere.
         raise PeerUnknown("mcpvisor's supervisor exited while the processes were looked through")
     return {inode: Holders(ours=held_by_ours.get(inode), sandboxed=held_inside.get(inode)) for inode in inodes}
+
+
+def _exited(proc: Path, pid: int) -> bool:
+    """Whether `pid` has exited and waits to be reaped: the kernel closed its descriptors at exit.
+
+    Such a process (a zombie) holds no socket, and it may no longer be inspected: a sandbox's
+    first process, gone and not yet reaped by bwrap, answers "Permission denied". A first thread
+    that ended while others of its process run shows as a zombie too, and those others still hold
+    the descriptors: only a zombie that is its process's last thread counts as exited.
+    """
+    try:
+        with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as file:
+            state = file.read().rpartition(")")[2].split()[:1]
+        with open(f"{proc}/{pid}/status", encoding="utf-8", errors="replace") as file:
+            threads = [line.split()[1:2] for line in file if line.startswith("Threads:")]
+    except OSError:
+        return False
+    return state in (["Z"], ["X"]) and threads == [["1"]]
 
 
 def _passed_over(pid: int, uid: int, root: int, proc: Path) -> bool:

@@ -508,6 +508,27 @@ def test_a_hidden_process_of_the_same_user_outside_mcpvisor_is_passed_over(
         socket_holders([222], 1000, proc, supervisor=5)
 
 
+def test_a_process_that_exited_holds_nothing_even_when_it_cannot_be_inspected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = tmp_path / "proc"
+    _process(proc, "self", HOST_NS, [])
+    _process(proc, "5", HOST_NS, [])  # mcpvisor's supervisor
+    _process(proc, "10", HOST_NS, ["socket:[222]"])
+    _process(proc, "20", {"pid": "pid:[1]", "user": "user:[2]"}, [], parent=5)  # a sandbox's first process
+    _hidden(monkeypatch, "20")
+    with pytest.raises(PeerUnknown, match="process 20's namespaces or descriptors cannot be read"):
+        socket_holders([222], 1000, proc, supervisor=5)
+    # Its first thread ended while another runs on (and holds the descriptors): not gone.
+    (proc / "20" / "stat").write_text(_stat("20", "bwrap", 5, 100).replace(" S ", " Z ", 1))
+    (proc / "20" / "status").write_text("Name:\tbwrap\nUid:\t1000\t1000\t1000\t1000\nThreads:\t2\n")
+    with pytest.raises(PeerUnknown, match="process 20's namespaces or descriptors cannot be read"):
+        socket_holders([222], 1000, proc, supervisor=5)
+    # It exited, and bwrap has not reaped it yet.
+    (proc / "20" / "status").write_text("Name:\tbwrap\nUid:\t1000\t1000\t1000\t1000\nThreads:\t1\n")
+    assert socket_holders([222], 1000, proc, supervisor=5) == {222: Holders(ours=10)}
+
+
 def test_a_line_of_parents_counts_only_as_the_kernel_kept_it() -> None:
     # 5 is the supervisor; 20 its child (bwrap), 30 a sandboxed process under it; 1 init.
     tree = {1: (0, 1), 5: (1, 50), 7: (1, 60), 20: (5, 200), 30: (20, 300), 40: (7, 400)}
