@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -22,7 +22,7 @@ import msgspec
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.config import Config
 from mcpvisor.wire.config import ServerConfig
-from mcpvisor.wire.proposals import FILE_NAME, Proposal, ProposalStore, stale_proposals
+from mcpvisor.wire.proposals import FILE_NAME, Proposal, ProposalStore, ordered
 from mcpvisor.wire.state_db import PROPOSALS, SERVERS, notify, transaction
 from mcpvisor.wire.state_pg import PostgresState, follow
 from mcpvisor.wire.state_url import StateStoreError
@@ -60,37 +60,10 @@ class SharedProposals(ProposalStore):
         self._items = items
         return changed
 
-    def put(self, proposal: Proposal) -> Proposal | None:
-        def change(items: dict[str, Proposal]) -> tuple[Proposal | None, bool]:
-            replaced = items.get(proposal.key)
-            items[proposal.key] = proposal
-            return replaced, True
-
-        return self._update(change)
-
-    def pop(self, name: str) -> Proposal | None:
-        def change(items: dict[str, Proposal]) -> tuple[Proposal | None, bool]:
-            popped = items.pop(name, None)
-            return popped, popped is not None
-
-        return self._update(change)
-
-    def prune(self, servers: Iterable[str]) -> list[Proposal]:
-        def change(items: dict[str, Proposal]) -> tuple[list[Proposal], bool]:
-            stale = stale_proposals(items.values(), servers)
-            for proposal in stale:
-                del items[proposal.key]
-            return stale, bool(stale)
-
-        stale = self._update(change)
-        for proposal in stale:
-            log.info("proposal to %s server %r dropped: the servers changed", proposal.action, proposal.name)
-        return stale
-
     def _update(self, change: Callable[[dict[str, Proposal]], tuple[_T, bool]]) -> _T:
-        """`change` (its result, whether it changed anything) applied to the proposals as the store
-        holds them now, the row locked meanwhile: replicas changing them at once change one list, in
-        turn, and none writes back a list it read before another's change."""
+        """`change` applied to the proposals as the store holds them now, the row locked meanwhile:
+        replicas changing them at once change one list, in turn, and none writes back a list it
+        read before another's change."""
         try:
             with transaction(self.store) as db:
                 db.execute(
@@ -105,7 +78,7 @@ class SharedProposals(ProposalStore):
                     raise OSError(f"the shared store's proposals cannot be read ({exc})") from None
                 result, changed = change(items)
                 if changed:
-                    body = msgspec.json.encode(_Proposals(proposals=_ordered(items))).decode()
+                    body = msgspec.json.encode(_Proposals(proposals=ordered(items.values()))).decode()
                     db.execute("UPDATE documents SET body = ? WHERE name = 'proposals'", (body,))
                     notify(db, PROPOSALS)
         except StateStoreError as exc:
@@ -114,16 +87,9 @@ class SharedProposals(ProposalStore):
         self._items = items
         return result
 
-    def _save(self) -> None:
-        raise AssertionError("the shared proposals are changed by _update, one change at a time")
-
 
 def _decode(body: str) -> dict[str, Proposal]:
     return {proposal.key: proposal for proposal in msgspec.json.decode(body, type=_Proposals).proposals}
-
-
-def _ordered(items: dict[str, Proposal]) -> list[Proposal]:
-    return sorted(items.values(), key=lambda proposal: (proposal.proposed_at, proposal.name))
 
 
 class SharedState:

@@ -13,9 +13,9 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -24,6 +24,7 @@ from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.secrets import SECRET_REF
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 ProposalAction = Literal["add", "patch", "remove", "enable", "disable"]
 PROPOSAL_ACTIONS: Final = ("add", "patch", "remove", "enable", "disable")
@@ -113,17 +114,9 @@ def _clip(text: str, limit: int = 60) -> str:
     return "".join(c if c.isprintable() else "?" for c in text)
 
 
-def stale_proposals(proposals: Iterable[Proposal], servers: Iterable[str]) -> list[Proposal]:
-    """The proposals that the servers now configured make stale (see ProposalStore.prune)."""
-    existing = set(servers)
-    # A tenant's add may name a server it cannot see (another's): it waits for the operator,
-    # who is told at approval; dropping it here would tell the tenant that the name exists.
-    return [
-        proposal
-        for proposal in proposals
-        if (proposal.action == "add") == (proposal.name in existing)
-        and not (proposal.tenant and proposal.action == "add")
-    ]
+def ordered(proposals: Iterable[Proposal]) -> list[Proposal]:
+    """Oldest first (then by name): the order listings show and files keep."""
+    return sorted(proposals, key=lambda proposal: (proposal.proposed_at, proposal.name))
 
 
 class ProposalStore:
@@ -154,7 +147,7 @@ class ProposalStore:
         return store
 
     def __iter__(self) -> Iterator[Proposal]:
-        return iter(sorted(self._items.values(), key=lambda proposal: (proposal.proposed_at, proposal.name)))
+        return iter(ordered(self._items.values()))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -164,30 +157,20 @@ class ProposalStore:
 
     def put(self, proposal: Proposal) -> Proposal | None:
         """Keep `proposal` (it replaces one for the same key) and save; the one replaced, if any."""
-        replaced = self._items.get(proposal.key)
-        self._items[proposal.key] = proposal
-        try:
-            self._save()
-        except OSError:
-            self._restore(proposal.key, replaced)  # what is kept in memory is what is on disk
-            raise
-        return replaced
+
+        def change(items: dict[str, Proposal]) -> tuple[Proposal | None, bool]:
+            replaced = items.get(proposal.key)
+            items[proposal.key] = proposal
+            return replaced, True
+
+        return self._update(change)
 
     def pop(self, name: str) -> Proposal | None:
-        proposal = self._items.pop(name, None)
-        if proposal is not None:
-            try:
-                self._save()
-            except OSError:
-                self._restore(name, proposal)
-                raise
-        return proposal
+        def change(items: dict[str, Proposal]) -> tuple[Proposal | None, bool]:
+            popped = items.pop(name, None)
+            return popped, popped is not None
 
-    def _restore(self, name: str, proposal: Proposal | None) -> None:
-        if proposal is None:
-            self._items.pop(name, None)
-        else:
-            self._items[name] = proposal
+        return self._update(change)
 
     def prune(self, servers: Iterable[str]) -> list[Proposal]:
         """Drop the proposals the servers now configured make stale; the ones dropped.
@@ -195,17 +178,40 @@ class ProposalStore:
         An add for a name the operator has since configured, and a change to a server that is no
         longer configured, could only be applied to something the client never saw.
         """
-        stale = stale_proposals(self._items.values(), servers)
-        for proposal in stale:
-            del self._items[proposal.key]
-        if stale:
-            self._save()
+        existing = set(servers)
+
+        def change(items: dict[str, Proposal]) -> tuple[list[Proposal], bool]:
+            # A tenant's add may name a server it cannot see (another's): it waits for the operator,
+            # who is told at approval; dropping it here would tell the tenant that the name exists.
+            stale = [
+                proposal
+                for proposal in items.values()
+                if (proposal.action == "add") == (proposal.name in existing)
+                and not (proposal.tenant and proposal.action == "add")
+            ]
             for proposal in stale:
-                log.info("proposal to %s server %r dropped: the servers changed", proposal.action, proposal.name)
+                del items[proposal.key]
+            return stale, bool(stale)
+
+        stale = self._update(change)
+        for proposal in stale:
+            log.info("proposal to %s server %r dropped: the servers changed", proposal.action, proposal.name)
         return stale
 
-    def _save(self) -> None:
-        data = msgspec.json.encode(_File(proposals=list(self)))
+    def _update(self, change: Callable[[dict[str, Proposal]], tuple[_T, bool]]) -> _T:
+        """`change` (its result, and whether it changed anything) applied to the proposals, saved.
+
+        It works on a copy, kept only once saved: on OSError what is in memory is what is on disk.
+        """
+        items = dict(self._items)
+        result, changed = change(items)
+        if changed:
+            self._save(items)
+            self._items = items
+        return result
+
+    def _save(self, items: dict[str, Proposal]) -> None:
+        data = msgspec.json.encode(_File(proposals=ordered(items.values())))
         tmp = _temp(self.path)
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
