@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
@@ -204,23 +204,36 @@ def join_cgroups(procs_files: list[str]) -> None:
         _write(path, pid)
 
 
-def tree_rss(root_pid: int) -> int:
-    """Resident memory of a process and all its descendants, in bytes (0 once it is gone)."""
-    total = 0
+def tree_pids(root_pid: int) -> list[int]:
+    """A process and all its descendants, as found while walking down from it."""
+    found: list[int] = []
     queue = [root_pid]
     while queue:
         pid = queue.pop()
+        found.append(pid)
         with contextlib.suppress(OSError, ValueError):
-            with open(f"/proc/{pid}/statm") as statm:
-                total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children") as children:
                     queue.extend(int(child) for child in children.read().split())
+    return found
+
+
+def resident(pids: Iterable[int]) -> int:
+    """Resident memory of these processes, in bytes (those gone count 0)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/statm") as statm:
+            total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     return total
 
 
-def tree_tmpfs(root_pid: int, points: tuple[str, ...] = ("tmp", "dev/shm")) -> int:
-    """Bytes held in the private /tmp and /dev/shm of a process tree's sandbox (0 outside one).
+def tree_rss(root_pid: int) -> int:
+    """Resident memory of a process and all its descendants, in bytes (0 once it is gone)."""
+    return resident(tree_pids(root_pid))
+
+
+def private_tmpfs(pids: Iterable[int], points: tuple[str, ...] = ("tmp", "dev/shm")) -> int:
+    """Bytes held in the private /tmp and /dev/shm of these processes' sandbox (0 outside one).
 
     Files there are memory that no process's RSS shows. Each mount is counted once, and only
     those of processes in another mount namespace than this one (the host's /tmp is not theirs).
@@ -231,23 +244,18 @@ def tree_tmpfs(root_pid: int, points: tuple[str, ...] = ("tmp", "dev/shm")) -> i
         return 0
     counted: set[int] = set()
     total = 0
-    queue = [root_pid]
-    while queue:
-        pid = queue.pop()
+    for pid in pids:
         with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/ns/mnt") != own:
-                for point in points:
-                    path = f"/proc/{pid}/root/{point}"
-                    with contextlib.suppress(OSError):
-                        device = os.stat(path).st_dev
-                        if device not in counted:
-                            counted.add(device)
-                            usage = os.statvfs(path)
-                            total += (usage.f_blocks - usage.f_bfree) * usage.f_frsize
-        with contextlib.suppress(OSError, ValueError):
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{task}/children") as children:
-                    queue.extend(int(child) for child in children.read().split())
+            if os.readlink(f"/proc/{pid}/ns/mnt") == own:
+                continue
+            for point in points:
+                path = f"/proc/{pid}/root/{point}"
+                with contextlib.suppress(OSError):
+                    device = os.stat(path).st_dev
+                    if device not in counted:
+                        counted.add(device)
+                        usage = os.statvfs(path)
+                        total += (usage.f_blocks - usage.f_bfree) * usage.f_frsize
     return total
 
 
@@ -260,7 +268,8 @@ class Watchdog:
 
     async def watch(self, root_pid: int, kill: Callable[[], None]) -> None:
         while True:
-            used = tree_rss(root_pid) + tree_tmpfs(root_pid)
+            pids = tree_pids(root_pid)  # one walk for both counts
+            used = resident(pids) + private_tmpfs(pids)
             if used > self.limit_bytes:
                 log.warning(
                     "sandbox pid %d uses %d MiB, over its %d MiB limit: killing it",
