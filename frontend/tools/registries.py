@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import copy
 import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
-
-import trio
 
 from mcpvisor.frontend.tool_args import (
     ToolInputError,
@@ -36,7 +33,7 @@ from mcpvisor.frontend.tool_args import (
     get_string,
     json_result,
 )
-from mcpvisor.wire.addresses import public_address
+from mcpvisor.wire.addresses import Reach, resolve_reach
 from mcpvisor.wire.config import RegistryConfig
 from mcpvisor.wire.fetch import FetchError, get_json
 from mcpvisor.wire.secrets import SecretError, resolve
@@ -405,17 +402,14 @@ async def check_host(url: str, *, allow_private: bool) -> None:
     if allow_private:
         return
     try:
-        infos = await trio.socket.getaddrinfo(
-            parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM
-        )
+        reach = await resolve_reach(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
     except OSError:
         raise RegistryError(f"the registry host {parts.hostname} cannot be resolved") from None
-    for info in infos:
-        if not public_address(info[4][0]):
-            raise RegistryError(
-                f"the registry host {parts.hostname} resolves to a loopback, private or link-local address;"
-                " set allow_private_registry_fetch = true in [mcpvisor] to allow it"
-            )
+    if reach is not Reach.PUBLIC:
+        raise RegistryError(
+            f"the registry host {parts.hostname} resolves to a loopback, private or link-local address;"
+            " set allow_private_registry_fetch = true in [mcpvisor] to allow it"
+        )
 
 
 def _servers_url(base: str) -> str:
