@@ -99,6 +99,12 @@ async def test_once_leaving_health_is_503_and_a_new_session_is_refused_before_th
     assert app.bodies == [CALL, CALL, INITIALIZE]
 
 
+async def mark_idle(gate: Leaving, idle: trio.Event) -> None:
+    """Set `idle` once the gate has no call in flight."""
+    await gate.wait_idle()
+    idle.set()
+
+
 async def test_leaving_waits_for_the_calls_in_flight() -> None:
     app = Echo()
     app.hold = True
@@ -109,11 +115,7 @@ async def test_leaving_waits_for_the_calls_in_flight() -> None:
         await app.holding.wait()
         gate.start()
 
-        async def wait() -> None:
-            await gate.wait_idle()
-            idle.set()
-
-        nursery.start_soon(wait)
+        nursery.start_soon(mark_idle, gate, idle)
         await trio.testing.wait_all_tasks_blocked()
         assert not idle.is_set() and gate.in_flight == 1
         app.release.set()
@@ -130,11 +132,7 @@ async def test_a_call_arriving_after_the_leave_began_idle_is_waited_for() -> Non
         nursery.start_soon(request, gate, "/mcp/direct", CALL)  # during the leave delay
         await app.holding.wait()
 
-        async def wait() -> None:
-            await gate.wait_idle()
-            idle.set()
-
-        nursery.start_soon(wait)
+        nursery.start_soon(mark_idle, gate, idle)
         await trio.testing.wait_all_tasks_blocked()
         assert not idle.is_set() and gate.in_flight == 1
         app.release.set()
