@@ -553,7 +553,7 @@ async def _answers(url: str, http: httpx2.AsyncClient) -> bool:
 
 async def start_mcpvisor(config: Path, url: str, http: httpx2.AsyncClient) -> Any:
     """Start `mcpvisor serve -c CONFIG` (its output to our stderr) and wait until it answers."""
-    from mcpvisor.wire.lifetime import spawn
+    from mcpvisor.runtime.lifetime import spawn
 
     argv = [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config)]
     child = spawn(argv, env=os.environ, output=sys.stderr.fileno())

@@ -34,13 +34,14 @@ from mcpvisor.frontend.gate.approvals import ToolApprovals
 from mcpvisor.frontend.gate.store_writer import StoreWriter
 from mcpvisor.frontend.stacks import Shared, Stacks
 from mcpvisor.frontend.tools.code_execution import Confinement
-from mcpvisor.wire import codec, frontend_spec, lifetime, logs, script_sandbox
+from mcpvisor.runtime import lifetime, logs, script_runner
+from mcpvisor.store.state_db import is_shared, open_store
+from mcpvisor.store.tokens import TokenStore
+from mcpvisor.wire import codec, frontend_spec
 from mcpvisor.wire.config import parse_listen
 from mcpvisor.wire.inbox import serve_messages
 from mcpvisor.wire.messages import ConfigChanged, EventMessage, ProcessEvent, Report
-from mcpvisor.wire.state_db import is_shared, open_store
 from mcpvisor.wire.states import ProcessState
-from mcpvisor.wire.tokens import TokenStore
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger("mcpvisor.frontend")
@@ -124,7 +125,7 @@ async def run(
         registries=spec.registries,
         search=spec.search,
         script_confinement=Confinement(
-            required=script_sandbox.sandbox_required(settings, spec.tenants), hidden=tuple(spec.hidden)
+            required=script_runner.sandbox_required(settings, spec.tenants), hidden=tuple(spec.hidden)
         ),
         logins=LoginTickets(ttl=settings.login_link_ttl),
     )

@@ -8,8 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from mcpvisor.runtime import bwrap, logs, trust
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.wire import bwrap, logs, tenant_secrets, trust
+from mcpvisor.wire import tenant_secrets
 from mcpvisor.wire.config import ConfigError
 
 DEFAULT_CONFIG = "mcpvisor.toml"
@@ -50,8 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     configstore.remove_stale_temp(path)
     shared = None
     if config.mcpvisor.state_url:
+        from mcpvisor.store.state_url import StateStoreError
         from mcpvisor.supervisor.shared import SharedState
-        from mcpvisor.wire.state_url import StateStoreError
 
         try:
             shared = SharedState.open(config.mcpvisor.state_url)
@@ -90,14 +91,14 @@ def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool
     """Whether code_execution's sandbox can be built here, tried as `serve` will: (refused, line) if not."""
     if not config.mcpvisor.enable_code_execution:
         return None
+    from mcpvisor.runtime import script_runner
     from mcpvisor.supervisor.supervisor import hidden_paths
-    from mcpvisor.wire import script_sandbox
     from mcpvisor.wire.endpoints import runtime_dir
 
     data = config_mod.data_dir(config, path.resolve())
     hidden = hidden_paths(config, path.resolve(), data, runtime_dir(data))
-    required = script_sandbox.sandbox_required(config.mcpvisor, config.tenants)
-    decision = script_sandbox.decide(sys.executable, hidden, required=required)
+    required = script_runner.sandbox_required(config.mcpvisor, config.tenants)
+    decision = script_runner.decide(sys.executable, hidden, required=required)
     return None if decision.warning is None else (decision.refused, decision.warning)
 
 
@@ -132,9 +133,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     import datetime
     import json
 
-    from mcpvisor.wire.state_db import open_store
-    from mcpvisor.wire.state_url import StateStoreError
-    from mcpvisor.wire.tokens import TokenError, TokenStore, parse_expiry
+    from mcpvisor.store.state_db import open_store
+    from mcpvisor.store.state_url import StateStoreError
+    from mcpvisor.store.tokens import TokenError, TokenStore, parse_expiry
 
     if (loaded := _load(args)) is None:
         return 2

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import msgspec
 
+from mcpvisor.runtime.trust import exposure_problem
+from mcpvisor.store.state_url import check_url
 from mcpvisor.wire import sandboxing
 from mcpvisor.wire.config import (
     REGISTRY_ID,
@@ -25,9 +27,7 @@ from mcpvisor.wire.config import (
     parse_listen,
 )
 from mcpvisor.wire.secrets import SECRET_REF
-from mcpvisor.wire.state_url import check_url
 from mcpvisor.wire.tenant_secrets import PLACEHOLDER
-from mcpvisor.wire.trust import exposure_problem
 
 _SAMPLE_TENANT = "TENANT0"  # a valid tenant name, standing in for `{tenant}` when a reference is checked
 

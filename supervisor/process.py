@@ -19,10 +19,10 @@ from typing import Protocol
 
 import trio
 
+from mcpvisor.runtime import lifetime
+from mcpvisor.runtime.logs import RotatingFile, pump
 from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
-from mcpvisor.wire import lifetime
 from mcpvisor.wire.config import Policy
-from mcpvisor.wire.logs import RotatingFile, pump
 from mcpvisor.wire.states import ProcessState
 
 log = logging.getLogger(__name__)

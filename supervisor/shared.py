@@ -19,13 +19,13 @@ from typing import Final, TypeVar
 
 import msgspec
 
+from mcpvisor.store.proposals import FILE_NAME, Proposal, ProposalStore, ordered
+from mcpvisor.store.state_db import PROPOSALS, SERVERS, notify, transaction
+from mcpvisor.store.state_pg import PostgresState, follow
+from mcpvisor.store.state_url import StateStoreError
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.config import Config
 from mcpvisor.wire.config import ServerConfig
-from mcpvisor.wire.proposals import FILE_NAME, Proposal, ProposalStore, ordered
-from mcpvisor.wire.state_db import PROPOSALS, SERVERS, notify, transaction
-from mcpvisor.wire.state_pg import PostgresState, follow
-from mcpvisor.wire.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
 

@@ -18,18 +18,20 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.runtime.forkserver import ForkServer
+from mcpvisor.runtime.logs import log_stem
+from mcpvisor.store import oauth_store
+from mcpvisor.store.proposals import ProposalStore
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
 from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
-from mcpvisor.wire import codec, frontend_spec, oauth_store, sandboxing, tenant_secrets, worker_spec
+from mcpvisor.wire import codec, frontend_spec, sandboxing, tenant_secrets, worker_spec
 from mcpvisor.wire.config import ConfigError, Policy, ServerConfig
 from mcpvisor.wire.endpoints import Endpoints, ensure_private_dir, runtime_dir
-from mcpvisor.wire.forkserver import ForkServer
 from mcpvisor.wire.inbox import serve_messages
-from mcpvisor.wire.logs import log_stem
 from mcpvisor.wire.messages import (
     Command,
     ConfigChanged,
@@ -41,7 +43,6 @@ from mcpvisor.wire.messages import (
     Report,
 )
 from mcpvisor.wire.operator import Action, OperatorResult
-from mcpvisor.wire.proposals import ProposalStore
 from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.sandboxing import SandboxPlan
@@ -607,8 +608,8 @@ class Supervisor:
         """
         if self.shared is None:
             return dict(oauth_store.logins(self.data_dir))
-        from mcpvisor.wire import oauth_pg
-        from mcpvisor.wire.state_url import StateStoreError
+        from mcpvisor.store import oauth_pg
+        from mcpvisor.store.state_url import StateStoreError
 
         try:
             return dict(await trio.to_thread.run_sync(oauth_pg.logins, self.shared.store))
@@ -619,8 +620,8 @@ class Supervisor:
         """Forget a worker's login where it is kept (no worker of it runs here); whether there was one."""
         if self.shared is None:
             return oauth_store.remove(oauth_store.token_path(self.data_dir, worker))
-        from mcpvisor.wire import oauth_pg
-        from mcpvisor.wire.state_url import StateStoreError
+        from mcpvisor.store import oauth_pg
+        from mcpvisor.store.state_url import StateStoreError
 
         try:
             return await trio.to_thread.run_sync(oauth_pg.remove, self.shared.store, worker)
@@ -763,7 +764,7 @@ class Supervisor:
         async with self._ops_lock:
             new = configstore.with_server(self.config, name, server, tenant=tenant)
             if self.shared is not None:
-                from mcpvisor.wire.state_url import StateStoreError
+                from mcpvisor.store.state_url import StateStoreError
 
                 try:
                     await trio.to_thread.run_sync(lambda: self.shared.record_server(name, server, tenant=tenant))

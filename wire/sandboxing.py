@@ -120,7 +120,7 @@ def refused_bind(path: str, plan: SandboxPlan) -> str | None:
     """Why a bind of host `path` would open what a sandbox never sees (None: it may be bound).
 
     A bind inside a hidden path, or one that is a hidden path, is refused; a bind that merely
-    contains a hidden path is allowed, the hidden path being covered inside (see wire.bwrap.Mask).
+    contains a hidden path is allowed, the hidden path being covered inside (see runtime.bwrap.Mask).
     """
     for secret in plan.hidden:
         if path == secret or path.startswith(secret.rstrip("/") + "/"):

@@ -9,7 +9,8 @@ import sys
 
 import trio
 
-from mcpvisor.wire import lifetime, logs, worker_spec
+from mcpvisor.runtime import lifetime, logs
+from mcpvisor.wire import worker_spec
 from mcpvisor.workers.upstream import StartupFailed
 from mcpvisor.workers.worker import open_worker
 

@@ -2,7 +2,7 @@
 
 The plan (wire.sandboxing) says what the config allows; this module looks at the host to find
 what the command itself needs to run (its install prefix, a virtualenv's base interpreter, the
-script it is given) and hands everything to wire.bwrap, which builds the command line.
+script it is given) and hands everything to runtime.bwrap, which builds the command line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mcpvisor.wire import bwrap
+from mcpvisor.runtime import bwrap
 from mcpvisor.wire.sandboxing import SandboxPlan, refused_bind, sandbox_uid
 
 # System dirs bound already: a prefix inside them needs no bind of its own.

@@ -1,6 +1,6 @@
 """`python -m mcpvisor.workers.forkserver`: the template process workers are forked from.
 
-Started by the supervisor (see `mcpvisor.wire.forkserver`). It imports everything a worker runs,
+Started by the supervisor (see `mcpvisor.runtime.forkserver`). It imports everything a worker runs,
 then freezes its heap so the collector never writes to those objects and their pages stay shared
 with every worker. It holds no ZeroMQ context and runs no trio loop: a worker creates both after
 the fork, as an exec'd worker does after exec.
@@ -18,7 +18,7 @@ import traceback
 
 import msgspec
 
-from mcpvisor.wire import forkserver, lifetime
+from mcpvisor.runtime import forkserver, lifetime
 
 # What a worker imports on its way up or on first use, so that no worker pays for it again.
 PRELOAD = (

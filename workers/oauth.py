@@ -36,13 +36,13 @@ from mcp.shared.auth import (
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from pydantic import AnyUrl, ValidationError
 
-from mcpvisor.wire import oauth_store
-from mcpvisor.wire.addresses import Reach, resolve_reach
+from mcpvisor.runtime.addresses import Reach, resolve_reach
+from mcpvisor.store import oauth_store
 from mcpvisor.wire.config import UpstreamOAuth
 from mcpvisor.wire.secrets import resolve
 
 if TYPE_CHECKING:  # the database driver loads only with a shared store
-    from mcpvisor.wire.oauth_pg import RefreshHold, SharedRecord
+    from mcpvisor.store.oauth_pg import RefreshHold, SharedRecord
 
 log = logging.getLogger(__name__)
 Record = Union[oauth_store.FileRecord, "SharedRecord"]
@@ -71,7 +71,7 @@ class LoginError(Exception):
 
 
 class _Storage:
-    """The SDK's TokenStorage, kept in the worker's token file (wire/oauth_store.py)."""
+    """The SDK's TokenStorage, kept in the worker's token file (store/oauth_store.py)."""
 
     def __init__(self, auth: UpstreamAuth) -> None:
         self.auth = auth

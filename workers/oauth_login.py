@@ -18,7 +18,7 @@ import trio
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult
 
-from mcpvisor.wire.oauth_store import LOGIN_AFTER_OPENING
+from mcpvisor.store.oauth_store import LOGIN_AFTER_OPENING
 from mcpvisor.workers.oauth import LoginError, UpstreamAuth
 
 log = logging.getLogger(__name__)

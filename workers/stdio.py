@@ -1,7 +1,7 @@
 """The stdio transport to an upstream: a child process that cannot outlive its worker.
 
 The SDK's own stdio client starts the server in a new session and leaves it running if the worker
-is killed; this one has the kernel SIGKILL the upstream when the worker dies (see wire.lifetime),
+is killed; this one has the kernel SIGKILL the upstream when the worker dies (see runtime.lifetime),
 puts it in its own process group so the whole tree can be stopped, and sends its stderr to a log
 file instead of the terminal.
 """
@@ -29,8 +29,8 @@ import msgspec
 import trio
 from mcp.shared.message import SessionMessage
 
-from mcpvisor.wire import bwrap, lifetime
-from mcpvisor.wire.logs import RotatingFile, pump
+from mcpvisor.runtime import bwrap, lifetime
+from mcpvisor.runtime.logs import RotatingFile, pump
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.workers import confine
 from mcpvisor.workers.limits import MIB, CgroupLimits, Watchdog, join_cgroups, open_cgroup

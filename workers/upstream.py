@@ -25,13 +25,15 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from pydantic import TypeAdapter, ValidationError
 
-from mcpvisor.wire import lifetime, oauth_store, tenant_secrets
+from mcpvisor.runtime import lifetime
+from mcpvisor.runtime.logs import RotatingFile, log_stem, tail_lines
+from mcpvisor.store import oauth_store
+from mcpvisor.store.state_url import StateStoreError
+from mcpvisor.wire import tenant_secrets
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
-from mcpvisor.wire.logs import RotatingFile, log_stem, tail_lines
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
-from mcpvisor.wire.state_url import StateStoreError
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers.oauth import Challenge, Record, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
@@ -234,8 +236,8 @@ class Upstream:
             record: Record
             if state_url:
                 # The database driver loads only with a shared store.
-                from mcpvisor.wire.oauth_pg import SharedRecord
-                from mcpvisor.wire.state_pg import PostgresState
+                from mcpvisor.store.oauth_pg import SharedRecord
+                from mcpvisor.store.state_pg import PostgresState
 
                 # Every replica's worker of this id reads the one record in the shared store.
                 key = name.rpartition("/")[2] if self.shared_login else name

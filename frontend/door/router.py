@@ -17,6 +17,7 @@ import zmq
 
 from mcpvisor.frontend.door.calls import AskFailed, ClientCall
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
+from mcpvisor.store.oauth_store import ACCOUNT_EVENT, LOGIN_METHODS
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
 from mcpvisor.wire.messages import (
@@ -31,7 +32,6 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
-from mcpvisor.wire.oauth_store import ACCOUNT_EVENT, LOGIN_METHODS
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ from mcpvisor.frontend.gate.activity import (
     with_request_id,
 )
 from mcpvisor.frontend.tool_args import error_result
-from mcpvisor.wire import oauth_store
+from mcpvisor.store import oauth_store
 from mcpvisor.wire.config import ServerConfig, Settings
 from mcpvisor.wire.errors import INVALID_PARAMS, ErrorCode, WireError
 

@@ -37,9 +37,9 @@ from mcpvisor.frontend.endpoints.console import (
 )
 from mcpvisor.frontend.gate.approvals import ToolApprovals, definition_hash
 from mcpvisor.frontend.gate.store_writer import StoreWriter
+from mcpvisor.store.state_db import STORE_ERRORS, is_shared
+from mcpvisor.store.tokens import TokenError, TokenStore, parse_expiry
 from mcpvisor.wire.config import ServerConfig, TenantConfig
-from mcpvisor.wire.state_db import STORE_ERRORS, is_shared
-from mcpvisor.wire.tokens import TokenError, TokenStore, parse_expiry
 
 log = logging.getLogger(__name__)
 

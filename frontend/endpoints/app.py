@@ -24,8 +24,8 @@ from mcpvisor.frontend.endpoints.oauth_resource import ResourceMetadata
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
 from mcpvisor.frontend.endpoints.session_path import ShortPaths
-from mcpvisor.wire.oauth_store import START_PATH
-from mcpvisor.wire.trust import is_loopback
+from mcpvisor.runtime.trust import is_loopback
+from mcpvisor.store.oauth_store import START_PATH
 
 if TYPE_CHECKING:
     from mcpvisor.frontend.stacks import Stacks
@@ -166,7 +166,7 @@ class Gateway:
         self.resource_metadata = resource_metadata  # RFC 9728's document, with [oauth]
         # Path prefix -> app (/api/v1, /ui): each admits its requests itself, the boundary included.
         self.operator_surfaces = operator_surfaces or {}
-        # Without tokens, a loopback listener serves only the user running mcpvisor (wire/trust.py).
+        # Without tokens, a loopback listener serves only the user running mcpvisor (runtime/trust.py).
         self.boundary = Boundary(
             local_users_only=local_users_only and is_loopback(host),
             max_body=max_body,

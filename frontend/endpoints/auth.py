@@ -3,7 +3,7 @@
 With no tenants and no OAuth issuer configured (the workstation), the boundary admits only the
 user running mcpvisor (and root) on loopback, and that user is the operator of the admin surfaces.
 With tenants or an issuer, every request to /mcp*, /api and /ui carries `Authorization: Bearer`:
-a token of `mcpvisor token add` (wire/tokens.py) or a JWT of the configured issuer. A tenant's
+a token of `mcpvisor token add` (store/tokens.py) or a JWT of the configured issuer. A tenant's
 token makes a client of that tenant; an admin token makes an operator.
 
 Being an operator matters on the admin surfaces only: nothing an MCP request says approves anything.
@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mcpvisor.store.tokens import PREFIX as TOKEN_PREFIX
+from mcpvisor.store.tokens import TokenError, TokenStore, digest, read_token_file
 from mcpvisor.wire.config import TenantConfig
-from mcpvisor.wire.tokens import PREFIX as TOKEN_PREFIX
-from mcpvisor.wire.tokens import TokenError, TokenStore, digest, read_token_file
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from mcpvisor.frontend.endpoints.auth import (
 )
 from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
 from mcpvisor.frontend.endpoints.peer import Holders, PeerUnknown, owner_uids, peer_socket, peer_uid, socket_holders
-from mcpvisor.wire.state_url import StateStoreError
+from mcpvisor.store.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
 

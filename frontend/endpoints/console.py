@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from mcpvisor.frontend.endpoints.auth import PRINCIPAL_KEY, InvalidToken, Principal, bearer_token, principal_of
 from mcpvisor.frontend.endpoints.boundary import send_json
-from mcpvisor.wire.tokens import TokenStore
+from mcpvisor.store.tokens import TokenStore
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from mcpvisor.frontend.door.logins import (
     state_of,
 )
 from mcpvisor.frontend.door.router import Router
+from mcpvisor.store.oauth_store import CALLBACK_METHOD, CALLBACK_PATH, LOGIN_AFTER_OPENING, START_PATH
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import WireError
-from mcpvisor.wire.oauth_store import CALLBACK_METHOD, CALLBACK_PATH, LOGIN_AFTER_OPENING, START_PATH
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from joserfc.errors import (
 from joserfc.jwk import Key, KeySet
 
 from mcpvisor.frontend.endpoints.auth import InvalidToken, Principal
+from mcpvisor.runtime.fetch import FetchError, get_json
 from mcpvisor.wire.config import OAuthResourceConfig, TenantConfig
-from mcpvisor.wire.fetch import FetchError, get_json
 
 log = logging.getLogger(__name__)
 

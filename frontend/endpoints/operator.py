@@ -21,6 +21,7 @@ from mcpvisor.frontend.door.control import ControlClient, ControlError
 from mcpvisor.frontend.door.gatekeeper import other_tool_names
 from mcpvisor.frontend.gate.approvals import ToolApprovals
 from mcpvisor.frontend.gate.security import analyze_server
+from mcpvisor.store.state_db import STORE_ERRORS
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.messages import OperatorReply, OperatorRequest
 from mcpvisor.wire.operator import (
@@ -33,7 +34,6 @@ from mcpvisor.wire.operator import (
     PendingServer,
     ToolReview,
 )
-from mcpvisor.wire.state_db import STORE_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import msgspec
 import trio
 
 from mcpvisor.frontend.gate.store_writer import StoreWriter
+from mcpvisor.store.state_db import STORE_ERRORS
 from mcpvisor.wire.redaction import redact_secrets
-from mcpvisor.wire.state_db import STORE_ERRORS
 
 log = logging.getLogger(__name__)
 

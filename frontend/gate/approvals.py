@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mcpvisor.frontend.gate.store_writer import StoreWriter
-from mcpvisor.wire.state_db import PINS, notify, transaction
+from mcpvisor.store.state_db import PINS, notify, transaction
 
 Kind = Literal["tool", "prompt"]
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import trio
 
 from mcpvisor.frontend.gate.approvals import ToolApprovals, read_pins
-from mcpvisor.wire.state_db import PINS
-from mcpvisor.wire.state_pg import PostgresState, follow
+from mcpvisor.store.state_db import PINS
+from mcpvisor.store.state_pg import PostgresState, follow
 
 log = logging.getLogger(__name__)
 

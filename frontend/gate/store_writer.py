@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import trio
 
-from mcpvisor.wire.state_db import STORE_ERRORS, is_shared
+from mcpvisor.store.state_db import STORE_ERRORS, is_shared
 
 log = logging.getLogger(__name__)
 

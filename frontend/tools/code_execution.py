@@ -13,7 +13,7 @@ routing, so a script can never do more than its caller declared.
 Scripts run in sandbox processes (`python -m mcpvisor.workers.sandbox`, V8), one run per process at
 a time, a few kept warm in a `SandboxPool`. A run that overstays its timeout, or whose process dies
 (a V8 heap blow-up ends the process), costs that process only; the next run gets a fresh one.
-Each process runs inside bubblewrap as well (wire.script_sandbox): no network, no view of the host,
+Each process runs inside bubblewrap as well (runtime.script_runner): no network, no view of the host,
 so a script that escaped V8 would still reach nothing.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 from mcpvisor.frontend.door.upstreams import UNAVAILABLE, NotFound, Refused, UpstreamError, Upstreams
-from mcpvisor.wire import lifetime, script_sandbox
+from mcpvisor.runtime import lifetime, script_runner
 
 CODE_EXECUTION_TOOL = "code_execution"
 SCRIPT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -287,12 +287,12 @@ class SandboxProcess:
         cls,
         heap_mb: int = DEFAULT_HEAP_MB,
         python: str = sys.executable,
-        decision: script_sandbox.Decision | None = None,
+        decision: script_runner.Decision | None = None,
     ) -> SandboxProcess:
         """Start one process, inside bwrap when `decision` says so (None: as it is, V8 alone)."""
-        command = [python, "-m", script_sandbox.MODULE, "--heap-mb", str(heap_mb)]
+        command = [python, "-m", script_runner.MODULE, "--heap-mb", str(heap_mb)]
         if decision is not None and decision.confined:
-            argv, env = decision.argv(command), script_sandbox.environment(python)
+            argv, env = decision.argv(command), script_runner.environment(python)
         else:
             # No inherited environment: the script cannot see it anyway, and the process needs none of it.
             argv, env = command, {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -377,7 +377,7 @@ class Confinement:
 
     `required`: refuse to run scripts at all when the sandbox cannot be built (tenants, or
     `[mcpvisor] sandbox` on); otherwise they run in V8 alone, with a warning. `hidden`: host paths
-    never shown (wire.script_sandbox.hidden_paths).
+    never shown (runtime.script_runner.hidden_paths).
     """
 
     enabled: bool = True
@@ -395,7 +395,7 @@ class SandboxPool:
     confinement: Confinement = Confinement()
     _idle: list[SandboxProcess] = field(default_factory=list)
     _slots: trio.Semaphore | None = None
-    _decision: script_sandbox.Decision | None = None
+    _decision: script_runner.Decision | None = None
     started: int = 0  # processes started so far (a respawn after a crash or timeout counts)
 
     def _semaphore(self) -> trio.Semaphore:
@@ -403,13 +403,13 @@ class SandboxPool:
             self._slots = trio.Semaphore(self.size)
         return self._slots
 
-    async def decision(self) -> script_sandbox.Decision | None:
+    async def decision(self) -> script_runner.Decision | None:
         """How this pool's processes start: found out once (a probe run of bwrap), then kept."""
         if not self.confinement.enabled:
             return None
         if self._decision is None:
             decision = await trio.to_thread.run_sync(
-                lambda: script_sandbox.decide(self.python, self.confinement.hidden, required=self.confinement.required)
+                lambda: script_runner.decide(self.python, self.confinement.hidden, required=self.confinement.required)
             )
             if self._decision is None:
                 self._decision = decision

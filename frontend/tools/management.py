@@ -29,9 +29,9 @@ from mcpvisor.frontend.tool_args import (
     json_result,
     json_type,
 )
+from mcpvisor.store.proposals import DIRECT_FIELDS, describe_references, redact_url, secret_references
 from mcpvisor.wire.config import SERVER_NAME, ServerConfig
 from mcpvisor.wire.merge import deep_merge
-from mcpvisor.wire.proposals import DIRECT_FIELDS, describe_references, redact_url, secret_references
 from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.secrets import redact_table
 

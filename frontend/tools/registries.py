@@ -33,9 +33,9 @@ from mcpvisor.frontend.tool_args import (
     get_string,
     json_result,
 )
-from mcpvisor.wire.addresses import Reach, resolve_reach
+from mcpvisor.runtime.addresses import Reach, resolve_reach
+from mcpvisor.runtime.fetch import FetchError, get_json
 from mcpvisor.wire.config import RegistryConfig
-from mcpvisor.wire.fetch import FetchError, get_json
 from mcpvisor.wire.secrets import SecretError, resolve
 
 BUILTIN_ID = "reference"

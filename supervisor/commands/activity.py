@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import msgspec
 import trio
 
+from mcpvisor.store.state_db import STATE_FILE
+from mcpvisor.store.state_url import StateStoreError
 from mcpvisor.supervisor.commands import EXIT_USAGE, Args, CommandError, command
-from mcpvisor.wire.state_db import STATE_FILE
-from mcpvisor.wire.state_url import StateStoreError
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor

@@ -6,8 +6,8 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
+from mcpvisor.store import oauth_store
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, Args, CommandError, Name, command
-from mcpvisor.wire import oauth_store
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.process import Program

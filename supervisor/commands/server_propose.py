@@ -1,7 +1,7 @@
 """`server.propose`, `server.proposals` and `server.patch` (for the frontend's upstream_servers tool).
 
 What an MCP client asks to change about the servers never runs a program, opens a connection or
-resolves a secret here: it becomes a proposal (wire/proposals.py) that the operator reviews with
+resolves a secret here: it becomes a proposal (store/proposals.py) that the operator reviews with
 `ctl pending` / `ctl inspect NAME` and applies with `ctl approve NAME` (or drops with `ctl block
 NAME`). The one change a client makes directly is a patch of a server's `policy` (timeouts and
 restart limits), which changes neither what runs nor where it connects.
@@ -15,11 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import trio
 
-from mcpvisor.supervisor import configstore
-from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
-from mcpvisor.wire.config import SERVER_NAME, ServerConfig
-from mcpvisor.wire.merge import deep_merge
-from mcpvisor.wire.proposals import (
+from mcpvisor.store.proposals import (
     DIRECT_FIELDS,
     RUN_FIELDS,
     Proposal,
@@ -29,6 +25,10 @@ from mcpvisor.wire.proposals import (
     redact_url,
     secret_references,
 )
+from mcpvisor.supervisor import configstore
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
+from mcpvisor.wire.config import SERVER_NAME, ServerConfig
+from mcpvisor.wire.merge import deep_merge
 from mcpvisor.wire.secrets import redact_table
 
 if TYPE_CHECKING:

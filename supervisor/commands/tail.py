@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
+from mcpvisor.runtime.logs import log_stem, tail_lines
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
-from mcpvisor.wire.logs import log_stem, tail_lines
 from mcpvisor.wire.redaction import redact_secrets
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mcpvisor.frontend.tools.code_execution import Confinement, Limits, SandboxPool, SandboxProcess, execute_code
-from mcpvisor.wire import script_sandbox
+from mcpvisor.runtime import script_runner
 
 
 def memory_mb(pid: int) -> tuple[float, float | None]:
@@ -54,7 +54,7 @@ async def answer(server: str, tool: str, args: dict, intent: dict | None) -> tup
 
 async def main(runs: int, calls: int) -> None:
     limits = Limits(timeout_ms=60000)
-    decision = script_sandbox.decide(sys.executable, (), required=False)
+    decision = script_runner.decide(sys.executable, (), required=False)
     if decision.warning:
         print(decision.warning)
     for label, chosen in (("inside bwrap", decision), ("V8 alone", None)):

@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from mcpvisor.wire.logs import RotatingFile
+from mcpvisor.runtime.logs import RotatingFile
 from mcpvisor.wire.sandboxing import SandboxPlan, home_dir
 from mcpvisor.workers import confine
 from mcpvisor.workers.stdio import child_environment, open_stdio_upstream

@@ -26,7 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.wire import oauth_store
+from mcpvisor.store import oauth_store
 from mcpvisor.workers.oauth import MAX_TOKEN_LIFETIME, UpstreamAuth
 from mcpvisor.workers.oauth_login import CallbackParams, LoginDesk
 from tests.support.stack import UPSTREAMS, Stack, free_port, open_stack, wait_listening

@@ -187,7 +187,7 @@ async def test_a_block_or_approve_through_one_replica_holds_on_all(tmp_path: Pat
 def test_replicas_upgrading_an_empty_database_at_once_all_succeed(postgres_url: str) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from mcpvisor.wire.state_pg import PostgresState
+    from mcpvisor.store.state_pg import PostgresState
 
     stores = [PostgresState(postgres_url) for _ in range(6)]
     with ThreadPoolExecutor(len(stores)) as pool:

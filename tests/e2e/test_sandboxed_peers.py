@@ -17,7 +17,7 @@ import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.wire.logs import log_stem
+from mcpvisor.runtime.logs import log_stem
 from tests.support.peers import everything_stdio_server
 from tests.support.stack import descendants, open_stack, python_server
 

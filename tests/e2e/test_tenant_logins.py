@@ -23,7 +23,7 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpvisor.wire import oauth_store
+from mcpvisor.store import oauth_store
 from tests.e2e.test_oauth_upstream import oauth_upstream, refusal, upstream_state
 from tests.support.stack import UPSTREAMS, Stack, open_stack
 

@@ -25,7 +25,7 @@ import pytest
 import tomli_w
 import trio
 
-from mcpvisor.wire.logs import log_stem
+from mcpvisor.runtime.logs import log_stem
 from tests.e2e.test_tenants import Modern, add_token
 from tests.support.stack import Stack, descendants, echo_server, open_stack, python_server
 

@@ -1,4 +1,4 @@
-"""The argv `wire.bwrap` builds, run by the real bubblewrap: what the process inside can see and do."""
+"""The argv `runtime.bwrap` builds, run by the real bubblewrap: what the process inside can see and do."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.wire.bwrap import HOME, Bind, Mask, SandboxSpec, bwrap_argv, system_binds
+from mcpvisor.runtime.bwrap import HOME, Bind, Mask, SandboxSpec, bwrap_argv, system_binds
 
 BWRAP = shutil.which("bwrap")
 pytestmark = pytest.mark.skipif(BWRAP is None, reason="system package missing: bubblewrap")
@@ -141,7 +141,7 @@ def test_an_ordinary_user_gets_the_same_sandbox_through_a_user_namespace(tmp_pat
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("capsh") is None, reason="needs root and capsh (libcap2-bin)")
 def test_root_without_cap_sys_admin_is_told_to_run_unprivileged() -> None:
     """A container's root under the default capabilities: no sandbox mapped to root, a clear line."""
-    code = "from mcpvisor.wire import bwrap; print(bwrap.probe())"
+    code = "from mcpvisor.runtime import bwrap; print(bwrap.probe())"
     done = subprocess.run(
         ["capsh", "--drop=cap_sys_admin", "--", "-c", f"{sys.executable} -c '{code}'"],
         capture_output=True,

@@ -263,8 +263,8 @@ print(json.dumps({"time": time, "script": script, "confined": confined}))
 
 DECIDE = r"""
 import json, sys
-from mcpvisor.wire import script_sandbox
-decision = script_sandbox.decide(sys.executable, (), required=True)
+from mcpvisor.runtime import script_runner
+decision = script_runner.decide(sys.executable, (), required=True)
 print(json.dumps({"confined": decision.confined, "warning": decision.warning}))
 """
 

@@ -1,4 +1,4 @@
-"""Upstream login records in a real PostgreSQL (wire/oauth_pg.py), without starting replicas.
+"""Upstream login records in a real PostgreSQL (store/oauth_pg.py), without starting replicas.
 
 Given one record per worker id, every write gives it a new version, the listing names logins and
 expiries only, and a refresh hold is exclusive: a second replica's hold waits for the first's
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcpvisor.wire import oauth_pg
-from mcpvisor.wire.oauth_store import TokenFile
-from mcpvisor.wire.state_pg import PostgresState
+from mcpvisor.store import oauth_pg
+from mcpvisor.store.oauth_store import TokenFile
+from mcpvisor.store.state_pg import PostgresState
 from tests.support import postgres
 
 postgres_cluster = postgres.cluster_fixture()

@@ -20,13 +20,13 @@ import pytest
 import trio
 import trio.testing
 
+from mcpvisor.store import state_pg
+from mcpvisor.store.proposals import new_proposal
+from mcpvisor.store.state_pg import PostgresState, follow
 from mcpvisor.supervisor.config import load, loads
 from mcpvisor.supervisor.shared import SharedProposals, SharedState
 from mcpvisor.supervisor.supervisor import Supervisor
-from mcpvisor.wire import state_pg
 from mcpvisor.wire.config import ServerConfig
-from mcpvisor.wire.proposals import new_proposal
-from mcpvisor.wire.state_pg import PostgresState, follow
 from tests.support import postgres
 
 postgres_cluster = postgres.cluster_fixture()

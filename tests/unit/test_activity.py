@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from mcpvisor.frontend.gate.activity import META_KEY, ActivityLog, trace_context, with_request_id
-from mcpvisor.wire.state_db import open_state_db
+from mcpvisor.store.state_db import open_state_db
 
 
 @pytest.mark.parametrize(

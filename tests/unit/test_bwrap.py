@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpvisor.wire.bwrap import HOME, Bind, Mask, SandboxSpec, Symlink, bwrap_argv
+from mcpvisor.runtime.bwrap import HOME, Bind, Mask, SandboxSpec, Symlink, bwrap_argv
 
 SYSTEM = (
     Bind(source="/usr"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.wire.bwrap import Bind, Symlink
+from mcpvisor.runtime.bwrap import Bind, Symlink
 from mcpvisor.workers.confine import argument_files, command_link, install_paths, masks, sandbox_env
 
 

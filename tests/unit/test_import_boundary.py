@@ -1,4 +1,8 @@
-"""Each room imports only wire/ and itself: the contract between processes lives in wire/.
+"""Each room imports only the rooms below it: wire/ at the bottom, store/ and runtime/ on it, the processes on top.
+
+wire/ is the contract between processes, store/ the state that outlives one, runtime/ what processes
+share to run; supervisor/, workers/, frontend/ and client/ are the processes and never import each
+other.
 
 Run as a script (`python tests/unit/test_import_boundary.py [ROOT]`) it prints every cross-room
 import under ROOT (the checkout by default) and their count.
@@ -12,8 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("wire", "supervisor", "workers", "frontend", "client")
-SHARED = "wire"
+# What each room may import besides itself.
+BELOW: dict[str, frozenset[str]] = {
+    "wire": frozenset(),
+    "store": frozenset({"wire"}),
+    "runtime": frozenset({"wire"}),
+    **{process: frozenset({"wire", "store", "runtime"}) for process in ("supervisor", "workers", "frontend", "client")},
+}
+ROOMS = tuple(BELOW)
+# Where a piece two rooms need belongs, told when an import crosses.
+ADVICE = (
+    "move what both need down: into wire/ if it is part of the contract between processes (messages, "
+    "config Structs, endpoints, secret references), store/ if it keeps state beyond a process (SQLite, "
+    "PostgreSQL, tokens), runtime/ if it is how processes run (spawning, logs, bwrap argv, trust)"
+)
 PACKAGE = "mcpvisor"
 
 
@@ -55,7 +71,7 @@ def _room_of(dotted: str) -> str | None:
 
 
 def cross_room_imports(root: Path = ROOT) -> list[Crossing]:
-    """Every import, at any depth of any module of a room, of a room other than itself and wire/."""
+    """Every import, at any depth of any module of a room, of a room that is not below it."""
     found: list[Crossing] = []
     for room in ROOMS:
         for path in sorted((root / room).rglob("*.py")):
@@ -64,18 +80,22 @@ def cross_room_imports(root: Path = ROOT) -> list[Crossing]:
                 if not isinstance(node, ast.Import | ast.ImportFrom):
                     continue
                 rooms = {r for t in _targets(node, path, root) if (r := _room_of(t)) is not None}
-                for target in sorted(rooms - {room, SHARED}):
+                for target in sorted(rooms - {room} - BELOW[room]):
                     found.append(Crossing(str(path.relative_to(root)), node.lineno, target))
     return found
 
 
-def test_every_room_imports_only_wire_and_itself() -> None:
+def test_every_room_imports_only_the_rooms_below_it() -> None:
     crossings = cross_room_imports()
-    assert not crossings, "cross-room imports (move the shared part into wire/):\n" + "\n".join(map(str, crossings))
+    assert not crossings, f"cross-room imports ({ADVICE}):\n" + "\n".join(map(str, crossings))
 
 
 def test_wire_imports_no_other_room() -> None:
-    assert not [c for c in cross_room_imports() if c.path.startswith(f"{SHARED}/")]
+    assert not [c for c in cross_room_imports() if c.path.startswith("wire/")]
+
+
+def test_store_and_runtime_stand_on_wire_alone() -> None:
+    assert not [c for c in cross_room_imports() if c.path.startswith(("store/", "runtime/"))]
 
 
 def test_the_walk_sees_imports_inside_functions_and_relative_ones(tmp_path: Path) -> None:
@@ -86,7 +106,11 @@ def test_the_walk_sees_imports_inside_functions_and_relative_ones(tmp_path: Path
         "def f():\n    from mcpvisor.supervisor import config\n    return config\n"
     )
     (tmp_path / "client" / "rel.py").write_text("from ..workers import upstream\n")
-    (tmp_path / "workers" / "ok.py").write_text("from mcpvisor.wire import codec\nfrom . import ok\n")
+    (tmp_path / "workers" / "ok.py").write_text(
+        "from mcpvisor.wire import codec\nfrom mcpvisor.store import tokens\nfrom mcpvisor.runtime import logs\nfrom . import ok\n"
+    )
+    (tmp_path / "store" / "up.py").write_text("from mcpvisor.runtime import logs\nfrom mcpvisor.wire import codec\n")
+    (tmp_path / "wire" / "up.py").write_text("from mcpvisor.store import tokens\n")
     (tmp_path / "supervisor" / "pkg.py").write_text("import mcpvisor.frontend.main\nfrom mcpvisor import workers\n")
 
     found = {(c.path, c.target) for c in cross_room_imports(tmp_path)}
@@ -96,6 +120,8 @@ def test_the_walk_sees_imports_inside_functions_and_relative_ones(tmp_path: Path
         ("client/rel.py", "workers"),
         ("supervisor/pkg.py", "frontend"),
         ("supervisor/pkg.py", "workers"),
+        ("store/up.py", "runtime"),
+        ("wire/up.py", "store"),
     }
 
 

@@ -15,7 +15,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from mcpvisor.wire.logs import JsonFormatter, OneLineFormatter, RotatingFile, pump, tail_lines
+from mcpvisor.runtime.logs import JsonFormatter, OneLineFormatter, RotatingFile, pump, tail_lines
 
 
 @pytest.fixture

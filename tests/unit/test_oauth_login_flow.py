@@ -18,9 +18,9 @@ import trio.testing
 from mcp.shared.auth import AuthorizationCodeResult
 from trio.testing import MockClock
 
-from mcpvisor.wire import oauth_store
-from mcpvisor.wire.addresses import Reach, reach
-from mcpvisor.wire.oauth_store import LOGIN_AFTER_OPENING
+from mcpvisor.runtime.addresses import Reach, reach
+from mcpvisor.store import oauth_store
+from mcpvisor.store.oauth_store import LOGIN_AFTER_OPENING
 from mcpvisor.workers.oauth import LoginError, UpstreamAuth
 from mcpvisor.workers.oauth_login import CallbackParams, LoginDesk
 

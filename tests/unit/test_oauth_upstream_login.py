@@ -8,10 +8,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from mcpvisor.store import oauth_store
+from mcpvisor.store.oauth_store import redirect_uri
 from mcpvisor.supervisor.commands.status import describe_expiry
-from mcpvisor.wire import oauth_store
 from mcpvisor.wire.config import ServerConfig
-from mcpvisor.wire.oauth_store import redirect_uri
 
 
 def test_a_tenants_worker_gets_its_own_file_and_the_slash_is_escaped(tmp_path: Path) -> None:

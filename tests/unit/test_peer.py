@@ -33,11 +33,11 @@ from mcpvisor.frontend.endpoints.peer import (
     socket_holders,
     socket_link,
 )
+from mcpvisor.runtime import logs
+from mcpvisor.runtime.trust import exposure_problem, exposure_warning, is_loopback, local_users_only
+from mcpvisor.store.state_db import open_state_db
 from mcpvisor.supervisor import configstore
-from mcpvisor.wire import logs
 from mcpvisor.wire.config import Settings
-from mcpvisor.wire.state_db import open_state_db
-from mcpvisor.wire.trust import exposure_problem, exposure_warning, is_loopback, local_users_only
 
 linux_only = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc/net/tcp")
 

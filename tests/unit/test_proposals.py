@@ -17,10 +17,10 @@ import pytest
 import tomli_w
 import trio
 
+from mcpvisor.store.proposals import FILE_NAME, ProposalStore, new_proposal, redact_url, secret_references
 from mcpvisor.supervisor.commands import CommandError
 from mcpvisor.supervisor.config import load
 from mcpvisor.supervisor.supervisor import Supervisor
-from mcpvisor.wire.proposals import FILE_NAME, ProposalStore, new_proposal, redact_url, secret_references
 
 ECHO = {"command": sys.executable, "args": ["-c", "pass"]}
 

@@ -25,7 +25,7 @@ from mcpvisor.frontend.tools.registries import (
     search_servers,
     suggested_name,
 )
-from mcpvisor.wire.addresses import public_address as _public_address
+from mcpvisor.runtime.addresses import public_address as _public_address
 from mcpvisor.wire.config import RegistryConfig, ServerConfig
 
 SERVER = Path(__file__).parent.parent / "upstreams" / "registry_server.py"

@@ -7,9 +7,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from mcpvisor.store.state_url import StateStoreError, check_url, redact_url, resolve_url
 from mcpvisor.supervisor.config import loads
 from mcpvisor.wire.config import ConfigError
-from mcpvisor.wire.state_url import StateStoreError, check_url, redact_url, resolve_url
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_password_in_the_query_is_hidden_from_the_errors_of_the_store(monkeypa
 def test_a_url_libpq_cannot_parse_is_quoted_back_without_its_password(
     password: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcpvisor.wire.state_pg import PostgresState
+    from mcpvisor.store.state_pg import PostgresState
 
     monkeypatch.setenv("PG_ODD_PASSWORD", "s3cr@t/pw")
     with pytest.raises(StateStoreError) as caught:

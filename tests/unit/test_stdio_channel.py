@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from mcpvisor.wire.logs import RotatingFile
+from mcpvisor.runtime.logs import RotatingFile
 from mcpvisor.workers.stdio import RawError, StdioChannel, child_environment, open_stdio_upstream
 
 # Answers each request with the size of its params and their first and last characters, so a

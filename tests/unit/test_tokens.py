@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.frontend.endpoints.auth import Authenticator, InvalidToken, Principal
+from mcpvisor.store.state_db import open_state_db
+from mcpvisor.store.tokens import PREFIX, TokenError, TokenStore, parse_expiry, read_token_file
 from mcpvisor.wire.config import TenantConfig
-from mcpvisor.wire.state_db import open_state_db
-from mcpvisor.wire.tokens import PREFIX, TokenError, TokenStore, parse_expiry, read_token_file
 
 
 def store(tmp_path: Path) -> TokenStore:

@@ -25,11 +25,11 @@ from mcpvisor.frontend.door.search import ToolIndex
 from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.gate.activity import ActivityLog, with_request_id
 from mcpvisor.frontend.gate.approvals import ToolApprovals
+from mcpvisor.store.state_db import open_state_db
 from mcpvisor.wire import codec
 from mcpvisor.wire.config import ServerConfig, Settings
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.messages import Failure, Request, Response
-from mcpvisor.wire.state_db import open_state_db
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.zsocket import ZSocket
 

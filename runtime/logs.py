@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import trio
+
+from mcpvisor.wire.endpoints import private_dirs
 
 
 class OneLineFormatter(logging.Formatter):
@@ -105,19 +106,6 @@ def _open_private(path: Path) -> BinaryIO:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.fchmod(fd, 0o600)
     return open(fd, "ab", buffering=0)
-
-
-def private_dirs(path: Path) -> None:
-    """Create `path` and each missing parent with mode 0700; directories that exist are left as they are."""
-    missing: list[Path] = []
-    while not path.exists():
-        missing.append(path)
-        if path.parent == path:
-            break
-        path = path.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o700)
 
 
 class RotatingHandler(logging.Handler):

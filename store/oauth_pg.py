@@ -1,6 +1,6 @@
 """Upstream OAuth logins kept in the shared store (`state_url`): every replica's worker of an id uses one.
 
-Without a shared store each worker keeps its login in a file (wire/oauth_store.py). With one, the
+Without a shared store each worker keeps its login in a file (store/oauth_store.py). With one, the
 same record (a `TokenFile` as JSON) is a row of `oauth_logins`, keyed by the worker id (or the plain
 server's for an `oauth.shared` login), so a login done through one replica serves all, and a logout
 through one ends it on all.
@@ -21,9 +21,9 @@ from typing import Any
 import msgspec
 import psycopg
 
-from mcpvisor.wire.oauth_store import TokenFile
-from mcpvisor.wire.state_pg import PostgresState
-from mcpvisor.wire.state_url import StateStoreError
+from mcpvisor.store.oauth_store import TokenFile
+from mcpvisor.store.state_pg import PostgresState
+from mcpvisor.store.state_url import StateStoreError
 
 _decoder = msgspec.json.Decoder(TokenFile)
 # The advisory lock of one record: a 64-bit hash of its key, in a namespace of its own.

@@ -1,6 +1,6 @@
 """`[mcpvisor] state_url`: checking, showing and resolving the URL of the shared state store.
 
-Apart from the store itself (wire/state_pg.py), so the config loader checks the URL without
+Apart from the store itself (store/state_pg.py), so the config loader checks the URL without
 loading a database driver.
 """
 

@@ -19,8 +19,8 @@ from typing import Any, Final, TypeVar
 
 import trio
 
-from mcpvisor.wire.state_db import is_shared
-from mcpvisor.wire.state_url import StateStoreError
+from mcpvisor.store.state_db import is_shared
+from mcpvisor.store.state_url import StateStoreError
 
 _T = TypeVar("_T")
 
@@ -60,7 +60,7 @@ def _digest(token: str) -> str:
 
 
 class TokenStore:
-    """The `tokens` table of the state store (wire/state_db.py), SQLite's or the shared one.
+    """The `tokens` table of the state store (store/state_db.py), SQLite's or the shared one.
 
     The `a*` methods are for an event loop: on the shared store they run in a worker thread.
     """

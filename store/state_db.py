@@ -4,7 +4,7 @@ Holds what is not configuration: the activity log of calls, the hashes of approv
 the hashes of access tokens. The frontend writes calls and pins; `mcpvisor token` writes tokens,
 whether or not mcpvisor runs (SQLite's locking keeps the writers apart).
 
-With `[mcpvisor] state_url` the same tables live in PostgreSQL instead (wire/state_pg.py), shared
+With `[mcpvisor] state_url` the same tables live in PostgreSQL instead (store/state_pg.py), shared
 by replicas; `open_store` gives whichever the settings name, and the code above it is the same.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from mcpvisor.wire.logs import private_dirs
-from mcpvisor.wire.state_url import StateStoreError
+from mcpvisor.store.state_url import StateStoreError
+from mcpvisor.wire.endpoints import private_dirs
 
 STATE_FILE: Final = "state.sqlite"
 
@@ -129,7 +129,7 @@ def open_store(data_dir: str, state_url: str | None) -> Any:
     """
     if not state_url:
         return open_state_db(data_dir)
-    from mcpvisor.wire.state_pg import PostgresState  # the driver loads only where it is used
+    from mcpvisor.store.state_pg import PostgresState  # the driver loads only where it is used
 
     store = PostgresState(state_url)
     store.migrate()

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mcpvisor.wire import bwrap
+from mcpvisor.runtime import bwrap
 from mcpvisor.wire.config import SandboxConfig, Settings
 
 MODULE = "mcpvisor.workers.sandbox"

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.frontend.tools.code_execution import Confinement, SandboxPool, execute_code
+from mcpvisor.runtime import script_runner
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor.supervisor import hidden_paths
-from mcpvisor.wire import script_sandbox
 from tests.support.unprivileged import CONTAINER_UID, as_container_user, missing_tools
 
 BWRAP = shutil.which("bwrap") or "bwrap"
@@ -188,12 +188,12 @@ def probe_command(host: Host) -> list[str]:
 
 
 def test_a_script_that_escaped_v8_reaches_nothing_of_the_host(host: Host) -> None:
-    decision = script_sandbox.decide(sys.executable, host.hidden(), required=True)
+    decision = script_runner.decide(sys.executable, host.hidden(), required=True)
     assert decision.confined and decision.warning is None
     argv = decision.argv(probe_command(host))
     assert argv[0].endswith("bwrap")
     done = subprocess.run(
-        argv, env=script_sandbox.environment(sys.executable), capture_output=True, text=True, timeout=60, check=False
+        argv, env=script_runner.environment(sys.executable), capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
     check_refused(json.loads(done.stdout), container_user=False)
@@ -203,11 +203,11 @@ DRIVER = r"""
 import json, sys
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor.supervisor import hidden_paths
-from mcpvisor.wire import script_sandbox
+from mcpvisor.runtime import script_runner
 hidden, command = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-decision = script_sandbox.decide(sys.executable, hidden, required=True)
+decision = script_runner.decide(sys.executable, hidden, required=True)
 print(json.dumps({"privileged": decision.privileged, "warning": decision.warning,
-                  "argv": decision.argv(command), "env": script_sandbox.environment(sys.executable)}))
+                  "argv": decision.argv(command), "env": script_runner.environment(sys.executable)}))
 """
 
 
@@ -268,7 +268,7 @@ async def test_the_pools_script_processes_run_in_that_sandbox(host: Host) -> Non
         status = seen["status"]
         assert status["NoNewPrivs"] == "1" and status["CapEff"] == "0000000000000000"
         assert status["Uid"].split()[0] != "0"
-        expected_env = script_sandbox.environment(sys.executable)
+        expected_env = script_runner.environment(sys.executable)
         assert seen["environ"] == [f"{key}={value}".encode() for key, value in expected_env.items()] + [b"PWD=/"]
         for name, namespace in seen["ns"].items():
             assert namespace != os.readlink(f"/proc/self/ns/{name}"), name

@@ -1,6 +1,6 @@
 """The state store in PostgreSQL (`[mcpvisor] state_url`), shared by every replica of mcpvisor.
 
-The tables are those of the SQLite store (wire/state_db.py), plus what replicas must agree on that
+The tables are those of the SQLite store (store/state_db.py), plus what replicas must agree on that
 a single host keeps in files: the operator's run-time changes to the servers and the clients'
 pending proposals. `PostgresState` answers the same `execute` calls as an `sqlite3.Connection`
 (with `?` placeholders), so the code above the store is one; each call takes a connection of a
@@ -24,8 +24,8 @@ import psycopg
 import psycopg_pool
 import trio
 
-from mcpvisor.wire.state_db import CHANNEL
-from mcpvisor.wire.state_url import StateStoreError, redact_url, resolve_url
+from mcpvisor.store.state_db import CHANNEL
+from mcpvisor.store.state_url import StateStoreError, redact_url, resolve_url
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -119,7 +119,7 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
     );
     """,
     """
-    -- Upstream OAuth logins (wire/oauth_pg.py), one per worker id: the record a worker of that id
+    -- Upstream OAuth logins (store/oauth_pg.py), one per worker id: the record a worker of that id
     -- reads on every replica. `version` takes a new value of its sequence at every write.
     CREATE TABLE oauth_logins (
         worker TEXT PRIMARY KEY,

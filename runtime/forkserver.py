@@ -31,7 +31,7 @@ from typing import Protocol
 import msgspec
 import trio
 
-from mcpvisor.wire import lifetime
+from mcpvisor.runtime import lifetime
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class ForkServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**self.env, "MCPVISOR_PARENT_PID": str(os.getpid()), FD_VAR: str(theirs.fileno())}
         try:
-            # Created 0600 like every log mcpvisor writes (wire/logs.py).
+            # Created 0600 like every log mcpvisor writes (runtime/logs.py).
             with open(os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as output:
                 self.process = lifetime.spawn(self.argv, env=env, output=output, pass_fds=(theirs.fileno(),))
         except OSError as exc:

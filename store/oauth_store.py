@@ -134,7 +134,7 @@ def remove(path: Path) -> bool:
 class FileRecord:
     """One worker's login kept in its file: the calls a worker makes on its record, whatever the store.
 
-    The other kind is wire/oauth_pg.py's `SharedRecord`, in the store every replica shares.
+    The other kind is store/oauth_pg.py's `SharedRecord`, in the store every replica shares.
     """
 
     shared_store = False

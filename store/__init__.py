@@ -1,0 +1,1 @@
+"""State that outlives a process: SQLite (default) and PostgreSQL (replicas)."""
