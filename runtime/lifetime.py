@@ -8,12 +8,16 @@ runs trio (it lives as long as the process), and waited for through a pidfd.
 A process can also take on children it did not fork: as a subreaper it inherits the orphans of its
 descendants, which is how workers forked by the forkserver become the supervisor's own children
 (`Child.adopt`). Orphans nobody adopts are reaped by `reap_orphans`.
+
+Every child is stopped the same way, by `stop_group`: its stdin closed (when it speaks over it),
+its stop signal to its process group, a wait, then SIGKILL to the group.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -24,8 +28,11 @@ from typing import IO
 
 import trio
 
+log = logging.getLogger(__name__)
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+KILL_WAIT = 5.0  # after SIGKILL: only a process stuck in the kernel (a dead NFS mount) takes longer
 
 # Children a `Child` owns: their exit status is theirs to collect, never the orphan reaper's.
 _owned: set[int] = set()
@@ -90,8 +97,19 @@ class Child:
         if code is not None and not self._exited.is_set():
             self._returncode = code
             self._exited.set()
-            os.close(self._pidfd)
             _owned.discard(self.pid)
+            self._close_pidfd()
+
+    def _close_pidfd(self) -> None:
+        # Whoever collects the status (a `pid` read in another task, say) may do so while `wait`
+        # sleeps on the pidfd: closing it under a sleeper without telling trio would leave that
+        # sleeper waiting forever, with the process gone (the kernel drops a closed fd from epoll).
+        fd, self._pidfd = self._pidfd, -1
+        if fd < 0:
+            return
+        with contextlib.suppress(RuntimeError):  # not inside trio: nobody can be waiting on it
+            trio.lowlevel.notify_closing(fd)
+        os.close(fd)
 
     async def wait(self) -> int:
         """Wait for the child to exit and return its status (negative: killed by that signal)."""
@@ -99,7 +117,9 @@ class Child:
             self._waiting = True
             try:
                 while self.returncode is None:
-                    await trio.lowlevel.wait_readable(self._pidfd)
+                    # Closed: collected meanwhile by another task, and returncode says so now.
+                    with contextlib.suppress(trio.ClosedResourceError):
+                        await trio.lowlevel.wait_readable(self._pidfd)
             finally:
                 self._waiting = False
         await self._exited.wait()
@@ -113,6 +133,32 @@ class Child:
         except ProcessLookupError:
             return False
         return True
+
+
+async def stop_group(
+    child: Child, stopsignal: int = signal.SIGTERM, wait: float = 10.0, *, stdin_grace: float = 0.0, name: str = ""
+) -> int | None:
+    """Stop a child and whatever is left in its process group; its exit status (None: it survived).
+
+    With `stdin_grace`, its stdin is closed first and it gets that long to leave by itself (the
+    MCP way to end a stdio server). Then `stopsignal` to the group and `wait` seconds, then
+    SIGKILL to the group. The group is signalled even when the child itself has exited: a
+    launcher (npx, uvx, sh) may have left the real program behind in it.
+    """
+    if child.stdin is not None and stdin_grace > 0:
+        with contextlib.suppress(OSError, trio.ClosedResourceError, trio.BrokenResourceError):
+            await child.stdin.aclose()
+        with trio.move_on_after(stdin_grace):
+            await child.wait()
+    for signum, grace in ((stopsignal, wait), (signal.SIGKILL, KILL_WAIT)):
+        if not child.send_signal_to_group(signum):
+            break
+        if child.returncode is None:
+            with trio.move_on_after(grace):
+                await child.wait()
+    if child.returncode is None:
+        log.error("%s pid %d survived SIGKILL (stuck in the kernel?)", name or "process", child.pid)
+    return child.returncode
 
 
 def spawn(

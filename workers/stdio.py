@@ -423,7 +423,10 @@ async def open_stdio_upstream(
             yield read_stream, write_stream, channel
         finally:
             with trio.CancelScope(shield=True):
-                await stop_process(process)
+                # The MCP way first (stdin closed), then TERM, then KILL.
+                await lifetime.stop_group(
+                    process, signal.SIGTERM, _TERM_GRACE, stdin_grace=_STDIN_GRACE, name="upstream"
+                )
                 # An upstream's last words (why it died) are what its log is for: let the pump
                 # reach the end of the pipe. Bounded, as a grandchild may still hold it open.
                 with trio.move_on_after(_STDERR_DRAIN):
@@ -444,21 +447,3 @@ def _sandbox_setup(limits: CgroupLimits | None, uid: int | None, max_processes: 
             resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
 
     return setup
-
-
-async def stop_process(process: lifetime.Child) -> None:
-    """The MCP shutdown sequence: close stdin, wait, TERM the group, wait, KILL the group."""
-    if process.stdin is not None:
-        await process.stdin.aclose()
-    with trio.move_on_after(_STDIN_GRACE):
-        await process.wait()
-    for sig, grace in ((signal.SIGTERM, _TERM_GRACE), (signal.SIGKILL, 5.0)):
-        # Signal the group even when the leader is gone: a launcher (npx, uvx, sh) may have
-        # left the real server behind in it.
-        if not process.send_signal_to_group(sig):
-            return
-        if process.returncode is None:
-            with trio.move_on_after(grace):
-                await process.wait()
-    if process.returncode is None:
-        log.error("upstream pid %d survived SIGKILL", process.pid)
