@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -72,6 +73,23 @@ async def serve_reports(sock: ZSocket) -> None:
     while True:
         sock.send_multipart_nowait(report)
         await trio.sleep(1.0)
+
+
+class CannotListen(Exception):
+    """The listener could not be opened; the supervisor has been told why."""
+
+
+EXIT_CANNOT_LISTEN = 3
+
+
+async def report_cannot_listen(control: ZSocket, listen: str, exc: OSError) -> None:
+    """Tell the supervisor, in one line, why this frontend cannot serve: it goes FATAL, not round a loop."""
+    reason = f"cannot listen on {listen}: {exc.strerror or exc}"
+    if exc.errno == errno.EADDRINUSE:
+        reason = f"cannot listen on {listen}: the address is in use (another program listens there)"
+    log.error("%s", reason)
+    control.send_multipart_nowait(codec.control.encode(Report(name="frontend", pid=os.getpid(), fatal=reason)))
+    await trio.sleep(0.2)  # the socket closes without lingering: let the report leave first
 
 
 async def run(
@@ -225,7 +243,11 @@ async def run(
                 on_connection=metrics.connections.inc if metrics is not None else None,
                 on_handover=metrics.handovers.inc if metrics is not None else None,
             )
-            binds = await nursery.start(listener.serve)
+            try:
+                binds = await nursery.start(listener.serve)
+            except OSError as exc:
+                await report_cannot_listen(control, settings.listen, exc)
+                raise CannotListen from None
             nursery.start_soon(serve_reports, control)
             log.info(
                 "serving MCP on %s (endpoints: %s%s)",
@@ -304,7 +326,10 @@ def entry() -> None:
         sys.exit(2)
     spec = frontend_spec.decode(text)
     logs.setup("frontend", spec.settings.log_level)
-    trio.run(main, spec)
+    try:
+        trio.run(main, spec)
+    except* CannotListen:
+        sys.exit(EXIT_CANNOT_LISTEN)
 
 
 if __name__ == "__main__":

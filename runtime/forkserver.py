@@ -111,9 +111,8 @@ class ForkServer:
                 # Do not make every worker wait for a template that keeps failing.
                 self._exec_until = trio.current_time() + RETRY_AFTER
                 log.error("forkserver unusable: workers are exec'd for the next %gs", RETRY_AFTER)
-        child = lifetime.spawn(launch.argv, env=env, capture_output=True)
-        await trio.lowlevel.checkpoint()
-        return child
+        await trio.lowlevel.checkpoint()  # before the fork: a cancel after it would lose the child
+        return lifetime.spawn(launch.argv, env=env, capture_output=True)
 
     async def _fork(self, env: dict[str, str]) -> lifetime.Child:
         if self._sock is None or self.process is None or self.process.returncode is not None:
@@ -129,8 +128,14 @@ class ForkServer:
                     os.close(write_end)
                     write_end = -1
                     data = b""
-                    with trio.move_on_after(REPLY_TIMEOUT) as waited:
-                        data = await sock.recv(MAX_MESSAGE)
+                    try:
+                        with trio.move_on_after(REPLY_TIMEOUT) as waited:
+                            data = await sock.recv(MAX_MESSAGE)
+                    except trio.Cancelled:
+                        # Abandoned (a stop during the spawn): its answer must not be taken for the
+                        # next request's, and a worker it may have forked is killed as a stray.
+                        self.close()
+                        raise
                     if waited.cancelled_caught:
                         raise ForkServerError(f"no answer within {REPLY_TIMEOUT:g}s")
                     if not data:
@@ -193,6 +198,20 @@ class ForkServer:
             while True:
                 await trio.sleep(1.0)
                 lifetime.reap_orphans()
+                self.kill_abandoned()
                 self._retired = [process for process in self._retired if process.returncode is None]
         finally:
             self.close()
+
+    def kill_abandoned(self) -> list[int]:
+        """Kill the workers forked for a spawn that was abandoned (no Child owns them); their pids.
+
+        A forked worker runs the template's code without exec, so its command line is the
+        template's: that tells it from any other process the supervisor inherited.
+        """
+        killed = []
+        for pid in lifetime.strays():
+            if lifetime.command_line(pid) == self.argv and lifetime.kill_stray(pid):
+                log.warning("forkserver: killed worker pid %d, forked for a start that was abandoned", pid)
+                killed.append(pid)
+        return killed

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import IO
+from typing import IO, Protocol
 
 import trio
 
@@ -135,19 +135,39 @@ class Child:
         return True
 
 
+class Group(Protocol):
+    """What `stop_group` needs of a child (`Child` is one)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def send_signal_to_group(self, signum: int) -> bool: ...
+
+
 async def stop_group(
-    child: Child, stopsignal: int = signal.SIGTERM, wait: float = 10.0, *, stdin_grace: float = 0.0, name: str = ""
+    child: Group,
+    stopsignal: int = signal.SIGTERM,
+    wait: float = 10.0,
+    *,
+    stdin: trio.lowlevel.FdStream | None = None,
+    stdin_grace: float = 0.0,
+    name: str = "",
 ) -> int | None:
     """Stop a child and whatever is left in its process group; its exit status (None: it survived).
 
-    With `stdin_grace`, its stdin is closed first and it gets that long to leave by itself (the
-    MCP way to end a stdio server). Then `stopsignal` to the group and `wait` seconds, then
-    SIGKILL to the group. The group is signalled even when the child itself has exited: a
+    With `stdin`, that pipe is closed first and the child gets `stdin_grace` seconds to leave by
+    itself (the MCP way to end a stdio server). Then `stopsignal` to the group and `wait` seconds,
+    then SIGKILL to the group. The group is signalled even when the child itself has exited: a
     launcher (npx, uvx, sh) may have left the real program behind in it.
     """
-    if child.stdin is not None and stdin_grace > 0:
+    if stdin is not None:
         with contextlib.suppress(OSError, trio.ClosedResourceError, trio.BrokenResourceError):
-            await child.stdin.aclose()
+            await stdin.aclose()
         with trio.move_on_after(stdin_grace):
             await child.wait()
     for signum, grace in ((stopsignal, wait), (signal.SIGKILL, KILL_WAIT)):
@@ -273,3 +293,56 @@ def reap_orphans() -> int:
             continue
         reaped += bool(done)
     return reaped
+
+
+def _zombie_or_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def strays() -> list[int]:
+    """Live children no `Child` owns: orphans of descendants this subreaper inherited (none while a
+    fork is in flight, whose child is not owned yet)."""
+    if _adopting or sys.platform != "linux":
+        return []
+    return [pid for pid in _children() if pid not in _owned and not _zombie_or_gone(pid)]
+
+
+def command_line(pid: int) -> list[str]:
+    """A process's argv, [] when it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return [part.decode(errors="replace") for part in cmdline.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def kill_stray(pid: int) -> bool:
+    """SIGKILL a stray, and its process group when it leads one; whether it was there."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_strays(wait: float = 1.0) -> list[int]:
+    """SIGKILL every stray and collect it (within `wait`); their pids."""
+    killed = [pid for pid in strays() if kill_stray(pid)]
+    deadline = time.monotonic() + wait
+    left = set(killed)
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    continue
+            left.discard(pid)
+        if left:
+            time.sleep(0.01)
+    return killed

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
 from mcpvisor.runtime import bwrap, logs, trust
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.wire import tenant_secrets
-from mcpvisor.wire.config import ConfigError
+from mcpvisor.supervisor.instance import AlreadyRunning, InstanceLock
+from mcpvisor.wire import sandboxing, tenant_secrets
+from mcpvisor.wire.config import ConfigError, parse_listen
 
 DEFAULT_CONFIG = "mcpvisor.toml"
 
@@ -24,6 +27,11 @@ def _config_path(value: str | None) -> Path:
     return Path(DEFAULT_CONFIG)
 
 
+def _config_named() -> bool:
+    """Whether the config file was named ($MCPVISOR_CONFIG) rather than the implicit ./mcpvisor.toml."""
+    return bool(os.environ.get("MCPVISOR_CONFIG"))
+
+
 def _load(args: argparse.Namespace) -> tuple[Path, config_mod.Config] | None:
     """The config file `-c` names (or the default) and its contents; None once the error is printed."""
     path = _config_path(args.config)
@@ -32,6 +40,25 @@ def _load(args: argparse.Namespace) -> tuple[Path, config_mod.Config] | None:
     except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return None
+
+
+def listen_problem(listen: str) -> str | None:
+    """Why the frontend could not listen on `listen` (the address is in use), tried as it binds; None if it can."""
+    host, port = parse_listen(listen)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"cannot listen on {listen}: {exc.strerror}"
+    for family, kind, proto, _name, address in infos[:1]:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the frontend's listener does
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return f"cannot listen on {listen}: the address is in use (another program listens there)"
+                return f"cannot listen on {listen}: {exc.strerror or exc}"
+    return None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -43,8 +70,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
+    data_dir = config_mod.data_dir(config, path.resolve())
+    # Before anything binds a socket: a second `serve` of this config must not take the first's over.
+    try:
+        lock = InstanceLock(data_dir).acquire()
+    except AlreadyRunning as exc:
+        print(f"mcpvisor: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"mcpvisor: cannot lock {data_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if (problem := listen_problem(config.mcpvisor.listen)) is not None:
+        print(f"mcpvisor: {problem}", file=sys.stderr)
+        return 1
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
-    log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
+    log_file = data_dir / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
     if (warning := trust.exposure_warning(config.mcpvisor, authenticated=config.authenticated)) is not None:
         logging.getLogger("mcpvisor.supervisor").warning("%s", warning)
@@ -60,11 +100,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"mcpvisor: {exc}", file=sys.stderr)
             return 1
     try:
-        trio.run(serve, config, path, shared)
+        return trio.run(serve, config, path, shared, lock.run_dir)
     finally:
         if shared is not None:
             shared.close()
-    return 0
+        lock.release()
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -74,6 +114,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     # A sandbox that cannot be built stops its upstream from starting: say so before anything starts.
     if config_mod.needs_sandbox(config) and (problem := bwrap.probe()) is not None:
         print(f"mcpvisor: {path}: sandboxes are required but cannot be built: {problem}", file=sys.stderr)
+        return 1
+    problems = command_problems(config)
+    for line in problems:
+        print(f"mcpvisor: {path}: {line}", file=sys.stderr)
+    if problems:
         return 1
     print(f"{path}: ok, {len(config.servers)} servers")
     # Per-tenant secret references ({tenant} in a path): which tenants lack which (never a value).
@@ -85,6 +130,28 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"mcpvisor: {line}", file=sys.stderr)
         return 1 if refused else 0
     return 0
+
+
+def command_problems(config: config_mod.Config) -> list[str]:
+    """Each enabled stdio server whose command the worker could not start, looked up as the worker does."""
+    from mcpvisor.runtime.commands import child_environment, command_problem
+    from mcpvisor.wire.secrets import SecretError, resolve_all
+
+    problems = []
+    for name, server in config.servers.items():
+        if server.kind != "stdio" or not server.enabled or server.command is None:
+            continue
+        # In a sandbox the command is looked up in mcpvisor's own PATH, as the worker does.
+        sandboxed = sandboxing.wanted(config.mcpvisor, server, None)
+        configured = {key: value for key, value in server.env.items() if key == "PATH" and not sandboxed}
+        try:
+            search_path = child_environment(resolve_all(configured)).get("PATH")
+        except SecretError as exc:
+            problems.append(f"server {name}: its PATH cannot be resolved: {exc}")
+            continue
+        if (problem := command_problem(server.command, search_path, server.cwd)) is not None:
+            problems.append(f"server {name}: {problem}")
+    return problems
 
 
 def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool, str] | None:
@@ -202,7 +269,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_ctl(args: argparse.Namespace) -> int:
     from mcpvisor.supervisor import ctl
 
-    return ctl.main(args.rest, _config_path(None))
+    return ctl.main(args.rest, _config_path(None), named=_config_named())
 
 
 def version() -> str:
@@ -322,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
         # ctl has its own parser: its options may come before the command.
         from mcpvisor.supervisor import ctl
 
-        sys.exit(ctl.main(argv[1:], _config_path(None)))
+        sys.exit(ctl.main(argv[1:], _config_path(None), named=_config_named()))
     if argv and argv[0] == "stdio":
         # The bridge is a client of mcpvisor, not part of the supervisor: it runs as its own program.
         os.execv(sys.executable, [sys.executable, "-P", "-m", "mcpvisor.client.stdio_bridge", *argv[1:]])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -225,7 +226,9 @@ def _describe(message: str, text: str) -> str:
         key, path = m.group(1), _split_path(m.group(2) or "")
         line = _line_of(text, [*path, key])
         dotted = ".".join([*path, key])
-        return f"line {line}: unknown key `{dotted}`" if line else f"unknown key `{dotted}`"
+        guess = _close_key(path, key)
+        hint = f" (did you mean `{guess}`?)" if guess else ""
+        return f"line {line}: unknown key `{dotted}`{hint}" if line else f"unknown key `{dotted}`{hint}"
     if m := _AT_PATH.search(message):
         path = _split_path(m.group(1))
         line = _line_of(text, path)
@@ -233,6 +236,45 @@ def _describe(message: str, text: str) -> str:
         dotted = ".".join(path)
         return f"line {line}: `{dotted}`: {what}" if line else f"`{dotted}`: {what}"
     return message
+
+
+def _keys_at(path: list[str]) -> list[str]:
+    """The keys the table at `path` may hold (a server's name, a tenant's, is any key)."""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(Config)
+    for part in path:
+        info = _table(info)
+        if isinstance(info, msgspec.inspect.StructType):
+            field = next((f for f in info.fields if f.encode_name == part), None)
+            if field is None:
+                return []
+            info = field.type
+        elif isinstance(info, msgspec.inspect.DictType):
+            info = info.value_type
+        else:
+            return []
+    info = _table(info)
+    return [f.encode_name for f in info.fields] if isinstance(info, msgspec.inspect.StructType) else []
+
+
+def _table(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    """Through the wrappers (metadata, `X | None`) to the table type itself."""
+    while True:
+        if isinstance(info, msgspec.inspect.Metadata):
+            info = info.type
+        elif isinstance(info, msgspec.inspect.UnionType):
+            kinds = msgspec.inspect.StructType | msgspec.inspect.DictType
+            tables = [t for t in info.types if isinstance(_table(t), kinds)]
+            if len(tables) != 1:
+                return info
+            info = tables[0]
+        else:
+            return info
+
+
+def _close_key(path: list[str], key: str) -> str | None:
+    """The known key closest to a mistyped one, when one is close enough."""
+    matches = difflib.get_close_matches(key, _keys_at(path), n=1, cutoff=0.75)
+    return matches[0] if matches else None
 
 
 def _split_path(path: str) -> list[str]:

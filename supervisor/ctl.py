@@ -17,11 +17,12 @@ import msgspec
 import zmq
 
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.supervisor.commands import EXIT_UNKNOWN, load_all
+from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, load_all
 from mcpvisor.supervisor.commands.status import describe_expiry
+from mcpvisor.supervisor.instance import find_runtime_dir
 from mcpvisor.wire import codec
 from mcpvisor.wire.config import ConfigError
-from mcpvisor.wire.endpoints import Endpoints, runtime_dir
+from mcpvisor.wire.endpoints import Endpoints
 from mcpvisor.wire.messages import Command, Reply
 
 LOGIN_WAIT = 600.0  # how long `ctl login` waits for the browser's round trip
@@ -31,16 +32,28 @@ class NoDaemon(Exception):
     """Nothing answers on the control socket."""
 
 
-def control_endpoint(config_path: Path) -> str:
-    """$MCPVISOR_CONTROL, else the control socket of the daemon serving `config_path`."""
+class BadConfig(Exception):
+    """The config file named cannot be read: which mcpvisor to control is unknown."""
+
+
+def control_endpoint(config_path: Path, *, named: bool = True) -> str:
+    """$MCPVISOR_CONTROL, else the control socket of the mcpvisor serving `config_path`.
+
+    A file that was `named` (`-c`, $MCPVISOR_CONFIG) must be readable, or it is BadConfig: another
+    instance's socket must never answer for it. The implicit ./mcpvisor.toml may be missing: then
+    the default data dir's instance is the one (the user service's, from a shell).
+    """
     if endpoint := os.environ.get("MCPVISOR_CONTROL"):
         return endpoint
-    try:
-        config = config_mod.load(config_path)
-        data_dir = config_mod.data_dir(config, config_path.resolve())
-    except ConfigError:
+    if not named and not config_path.exists():
         data_dir = config_mod.default_data_dir()
-    return Endpoints.in_dir(runtime_dir(data_dir)).control
+    else:
+        try:
+            config = config_mod.load(config_path)
+        except ConfigError as exc:
+            raise BadConfig(str(exc)) from None
+        data_dir = config_mod.data_dir(config, config_path.resolve())
+    return Endpoints.in_dir(find_runtime_dir(data_dir)).control
 
 
 def _check_listening(path: str) -> None:
@@ -226,11 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str], config_path: Path) -> int:
+def main(argv: list[str], config_path: Path, *, named: bool = True) -> int:
+    """`named`: `config_path` was named ($MCPVISOR_CONFIG) rather than the implicit ./mcpvisor.toml."""
     parser = build_parser()
     opts = parser.parse_args(argv)
     if opts.config:
         config_path = Path(opts.config)
+        named = True
     if not opts.command:
         parser.print_help()
         return 2
@@ -261,7 +276,10 @@ def main(argv: list[str], config_path: Path) -> int:
     if follow:
         args.remove("-f")
     try:
-        conn = Connection(control_endpoint(config_path), opts.timeout)
+        conn = Connection(control_endpoint(config_path, named=named), opts.timeout)
+    except BadConfig as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except NoDaemon as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN

@@ -4,6 +4,11 @@ Every state change goes through `Program._set_state`, the one place that records
 the event, as supervisord's `change_state` does. The loop does no I/O of its own: processes come
 from a `Spawner` and are watched through the `ChildProcess` it returns, and every delay is a trio
 timer, so tests drive the real loop with trio's mock clock.
+
+A stop always completes, from any state: STARTING and RUNNING go through STOPPING (stopsignal,
+`stopwaitsecs`, SIGKILL: `lifetime.stop_group`), a spawn under way is abandoned, BACKOFF goes to
+STOPPED at once, as in supervisord. Once `halt()`ed (mcpvisor is stopping) a program never starts
+again, whoever asks.
 """
 
 from __future__ import annotations
@@ -65,9 +70,9 @@ class ExecSpawner:
 
     async def spawn(self, launch: Launch) -> ChildProcess:
         env = {**launch.env, "MCPVISOR_PARENT_PID": str(os.getpid())}
-        child = lifetime.spawn(launch.argv, env=env, capture_output=True)
+        # The checkpoint comes first: a cancel after the fork would lose the child.
         await trio.lowlevel.checkpoint()
-        return child
+        return lifetime.spawn(launch.argv, env=env, capture_output=True)
 
 
 class Program:
@@ -97,6 +102,8 @@ class Program:
         self.spawns = 0  # every start, by policy or by an operator; the first is not a restart
         self.spawn_error = ""
         self.want_running = False
+        self.halted = False  # mcpvisor is stopping: never (re)started again
+        self.fatal_reason = ""  # the process said it cannot run (a port in use): FATAL when it exits
         self.idle = False  # stopped for want of use; starts again on the next (a tenant's workers)
         self.needs_report = needs_report  # RUNNING only once the process says it is up
         self.ready = trio.Event()  # set by whoever knows the process is fully up
@@ -105,22 +112,49 @@ class Program:
         self._stopped = trio.Event()
         self._settled = trio.Event()
         self._scope = trio.CancelScope()
+        self._spawning: trio.CancelScope | None = None  # a spawn under way, which a stop abandons
         self._log = RotatingFile(launch.log_path)
         self._pumps: trio.Nursery | None = None
 
     # -- commands --------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Ask for the process to run; leaves FATAL (supervisord: only an explicit start does)."""
+    def start(self) -> bool:
+        """Ask for the process to run; leaves FATAL (supervisord: only an explicit start does).
+
+        False, and nothing changes, once the program is halted.
+        """
+        if self.halted:
+            return False
         if self.state is ProcessState.FATAL:
             self.retries = 0
+            self.fatal_reason = ""
             self._set_state(ProcessState.STOPPED)
         self.want_running = True
         self._poke()
+        return True
 
     def stop(self) -> None:
+        """Ask for the process to stop: from BACKOFF at once, from STARTING or RUNNING by STOPPING."""
         self.want_running = False
+        if self._spawning is not None:
+            self._spawning.cancel()
         self._poke()
+
+    def halt(self) -> None:
+        """Never start again, whoever asks; what runs goes on running until `stop()`."""
+        self.halted = True
+        self._poke()
+
+    def refuse(self, reason: str) -> None:
+        """The process reported it cannot run at all: when it exits, FATAL with `reason`, no retries."""
+        self.fatal_reason = reason
+        self.spawn_error = reason
+
+    def kill_now(self) -> bool:
+        """SIGKILL the process group at once (a third signal to a stopping mcpvisor); whether one ran."""
+        if self.process is None or self.process.returncode is not None:
+            return False
+        return self.process.send_signal_to_group(signal.SIGKILL)
 
     def _poke(self) -> None:
         self._wake.set()
@@ -138,12 +172,17 @@ class Program:
     async def wait_settled(self, timeout: float = 60.0) -> None:
         """After start(): wait until it is RUNNING, or has failed to get there."""
         with trio.move_on_after(self.policy.startsecs + timeout):
-            while self.want_running and self.state not in (ProcessState.RUNNING, ProcessState.FATAL):
+            while self.wanted and self.state not in (ProcessState.RUNNING, ProcessState.FATAL):
                 await self._settled.wait()
                 self._settled = trio.Event()
 
+    @property
+    def wanted(self) -> bool:
+        """Whether the loop should (re)start the process."""
+        return self.want_running and not self.halted
+
     async def wait_stopped(self) -> None:
-        while self.state not in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED) or self.want_running:
+        while self.state not in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED) or self.wanted:
             await self._stopped.wait()
             self._stopped = trio.Event()
 
@@ -199,7 +238,10 @@ class Program:
                 async with trio.open_nursery() as nursery:
                     self._pumps = nursery
                     while True:
-                        if not self.want_running:
+                        if not self.wanted:
+                            if self.state is ProcessState.BACKOFF:
+                                self.stopped_at = time.monotonic()
+                                self._set_state(ProcessState.STOPPED)
                             await self._wait_wake()
                             continue
                         await self._run_once()
@@ -223,12 +265,21 @@ class Program:
         self.ready = trio.Event()
         if not self.needs_report:
             self.ready.set()
+        self.process = None
         try:
-            self.process = await self._spawn()
+            with trio.CancelScope() as self._spawning:
+                if self.wanted:  # a stop between the poke and here
+                    self.process = await self._spawn()
         except OSError as exc:
             self.spawn_error = f"spawn error: {exc.strerror or exc}"
             log.error("%s: %s", self.name, self.spawn_error)
             await self._after_early_exit()
+            return
+        finally:
+            self._spawning = None
+        if self.process is None:  # stopped while it was being spawned
+            self.stopped_at = time.monotonic()
+            self._set_state(ProcessState.STOPPED)
             return
         self.started_at = time.monotonic()
         self.spawns += 1
@@ -270,7 +321,7 @@ class Program:
                 finish("exit")
 
             async def on_stop() -> None:
-                while self.want_running:
+                while self.want_running:  # a halt alone lets it run: it stops when told to
                     await self._wake.wait()
                     self._wake = trio.Event()
                 finish("stop")
@@ -289,7 +340,16 @@ class Program:
     async def _after_early_exit(self) -> None:
         """It died before `startsecs`: BACKOFF and retry, or FATAL after the last retry."""
         self.exit_code = self.process.returncode if self.process is not None else None
+        if self.halted:
+            # mcpvisor is stopping: no retry, and nothing to wait for.
+            self.want_running = False
+            self.stopped_at = time.monotonic()
+            self._set_state(ProcessState.EXITED if self.process is not None else ProcessState.STOPPED)
+            return
         self.retries += 1
+        if self.fatal_reason:
+            self._give_up()
+            return
         if self.retries > self.policy.startretries:
             self.want_running = False
             self._set_state(ProcessState.FATAL)
@@ -304,8 +364,11 @@ class Program:
         assert self.process is not None
         self.exit_code = self.process.returncode
         self.stopped_at = time.monotonic()
+        if self.fatal_reason and not self.halted:
+            self._give_up()
+            return
         self._set_state(ProcessState.EXITED)
-        if not should_restart(self.policy.autorestart, self.exit_code, self.policy.exitcodes):
+        if self.halted or not should_restart(self.policy.autorestart, self.exit_code, self.policy.exitcodes):
             self.want_running = False
             return
         if self._flaps.record_exit(trio.current_time()):
@@ -313,6 +376,12 @@ class Program:
             self.spawn_error = f"flapping: {self.policy.flap_count} exits within {self.policy.flap_window:g}s"
             self._set_state(ProcessState.BACKOFF)
             await self._wait_wake(backoff_delay(self.retries, self.policy.backoff_max))
+
+    def _give_up(self) -> None:
+        self.want_running = False
+        self.spawn_error = self.fatal_reason
+        self._set_state(ProcessState.FATAL)
+        log.error("%s: %s", self.name, self.fatal_reason)
 
     async def _stop_process(self) -> None:
         self._set_state(ProcessState.STOPPING)
@@ -326,11 +395,4 @@ class Program:
         if process is None or process.returncode is not None:
             return
         sig = getattr(signal, f"SIG{self.policy.stopsignal}")
-        for signum, wait in ((sig, self.policy.stopwaitsecs), (signal.SIGKILL, 5.0)):
-            if not process.send_signal_to_group(signum):
-                break
-            with trio.move_on_after(wait):
-                await process.wait()
-            if process.returncode is not None:
-                break
-        self.exit_code = process.returncode
+        self.exit_code = await lifetime.stop_group(process, sig, self.policy.stopwaitsecs, name=self.name)

@@ -18,6 +18,7 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.runtime import lifetime
 from mcpvisor.runtime.forkserver import ForkServer
 from mcpvisor.runtime.logs import log_stem
 from mcpvisor.store import oauth_store
@@ -214,6 +215,7 @@ class Supervisor:
         notifier: Notifier | None = None,
         shared: SharedState | None = None,
         base: Config | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.config = config
         # With a shared store (`state_url`), `config` is the file (`base`) with the run-time
@@ -223,7 +225,8 @@ class Supervisor:
         self.config_path = config_path.resolve()
         self.data_dir = config_mod.data_dir(config, self.config_path)
         self.log_dir = self.data_dir / "logs"
-        self.run_dir = runtime_dir(self.data_dir)
+        # The one its instance lock chose (supervisor/instance.py); the shared one by default.
+        self.run_dir = run_dir or runtime_dir(self.data_dir)
         self.endpoints = Endpoints.in_dir(self.run_dir)
         self.programs: dict[str, Program] = {}
         self.reports: dict[str, Report] = {}
@@ -254,6 +257,9 @@ class Supervisor:
             [sys.executable, "-P", "-m", "mcpvisor.workers.forkserver"], os.environ, self.log_dir / "forkserver.log"
         )
         self.shutdown_requested = trio.Event()
+        self.stopping = False  # once set, nothing starts again
+        self.exit_code = 0  # what `mcpvisor serve` exits with
+        self._frontend_was_up = False  # a frontend that cannot listen at start-up ends mcpvisor
 
     # -- launching -------------------------------------------------------------------------------
 
@@ -311,6 +317,8 @@ class Supervisor:
 
     def _add_program(self, name: str, launch: Launch, policy: Policy, spawner: Spawner | None = None) -> Program:
         program = Program(name, launch, policy, self._state_changed, needs_report=True, spawner=spawner)
+        if self.stopping:
+            program.halt()  # a change applied while mcpvisor stops: known, never started
         self.programs[name] = program
         assert self._nursery is not None
         self._nursery.start_soon(program.serve)
@@ -431,15 +439,29 @@ class Supervisor:
         elif identity:
             self._worker_identities[report.name] = identity
         if report.fatal:
-            program.spawn_error = f"upstream failed to start: {report.fatal}"
+            if report.name == FRONTEND:
+                self._frontend_cannot_run(program, report.fatal)
+            else:
+                program.spawn_error = f"upstream failed to start: {report.fatal}"
             return
         previous = self.reports.get(report.name)
         self.reports[report.name] = report
         self._report_at[report.name] = time.monotonic()
         if self._has_settled(program, report):
             program.ready.set()
+            if report.name == FRONTEND:
+                self._frontend_was_up = True
         if previous is None or previous.upstream_state != report.upstream_state:
             self._update_systemd()
+
+    def _frontend_cannot_run(self, program: Program, reason: str) -> None:
+        """The frontend cannot serve (its port is taken): FATAL, not a loop; at start-up, mcpvisor exits."""
+        program.refuse(reason)
+        log.error("frontend: %s", reason, extra={"fields": {"event": "frontend_fatal"}})
+        if not self._frontend_was_up and not self.stopping:
+            log.error("mcpvisor cannot start: %s", reason)
+            self.exit_code = 1
+            self.shutdown_requested.set()
 
     def _has_settled(self, program: Program, report: Report) -> bool:
         """Whether a report makes the process count as up: RUNNING is earned, not assumed.
@@ -656,12 +678,62 @@ class Supervisor:
 
     # -- lifecycle commands ----------------------------------------------------------------------
 
+    def refuse_while_stopping(self) -> None:
+        if self.stopping:
+            raise CommandError("mcpvisor is stopping: nothing starts any more")
+
     async def start_programs(self, programs: list[Program]) -> None:
+        self.refuse_while_stopping()
         for program in programs:
             program.start()
         async with trio.open_nursery() as nursery:
             for program in programs:
                 nursery.start_soon(program.wait_settled)
+
+    async def stop_everything(self) -> None:
+        """Stop every process: nothing starts from now on, and it is over within the largest
+        `stopwaitsecs` (and the moments SIGKILL takes).
+
+        The frontend goes first, since it finishes the calls in flight, which need their workers;
+        each worker follows once the frontend is gone, or at the latest when its own stopwaitsecs
+        still fits in that bound.
+        """
+        self.stopping = True
+        self.notifier.send("STOPPING=1")
+        programs = list(self.programs.values())
+        for program in programs:
+            program.halt()  # BACKOFF goes to STOPPED now; nothing restarts
+        budget = max((program.policy.stopwaitsecs for program in programs), default=0.0)
+        log.info("stopping every process (within %gs)", budget + lifetime.KILL_WAIT)
+        started = trio.current_time()
+        frontend = self.programs.get(FRONTEND)
+        frontend_gone = trio.Event()
+
+        async def stop_frontend() -> None:
+            if frontend is not None:
+                await self.stop_programs([frontend])
+            frontend_gone.set()
+
+        async def stop_worker(program: Program) -> None:
+            with trio.move_on_at(started + budget - program.policy.stopwaitsecs):
+                await frontend_gone.wait()
+            await self.stop_programs([program])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_frontend)
+            for program in programs:
+                if program is not frontend:
+                    nursery.start_soon(stop_worker, program)
+        log.info("every process stopped in %.1fs", trio.current_time() - started)
+
+    def kill_everything(self) -> None:
+        """SIGKILL every process now (a third stop signal); they are stopped as they exit."""
+        self.shutdown_requested.set()
+        for program in self.programs.values():
+            program.halt()
+            if program.kill_now():
+                log.warning("%s: SIGKILL to pid %d", program.name, program.pid)
+        self.forkserver.close()
 
     async def stop_programs(self, programs: list[Program]) -> None:
         for program in programs:
@@ -808,15 +880,13 @@ class Supervisor:
                 )
                 task_status.started()
                 await self.shutdown_requested.wait()
-                self.notifier.send("STOPPING=1")
-                log.info("stopping every process")
-                # The frontend first: it finishes the calls in flight, which need their workers.
-                frontend = self.programs.get(FRONTEND)
-                if frontend is not None:
-                    await self.stop_programs([frontend])
-                await self.stop_programs(list(self.programs.values()))
+                await self.stop_everything()
                 nursery.cancel_scope.cancel()
         finally:
+            # Whatever is left (a worker whose fork was abandoned, an upstream's daemon that
+            # escaped its group) goes with mcpvisor: no process outlives the supervisor.
+            for pid in lifetime.kill_strays():
+                log.warning("killed pid %d, a process left behind", pid)
             self._events.close()
             self._events = None
             control.close()
@@ -828,30 +898,47 @@ class Supervisor:
                     os.unlink(endpoint.removeprefix("ipc://"))
 
 
-async def serve(config: Config, config_path: Path, shared: SharedState | None = None) -> None:
+async def serve(
+    config: Config, config_path: Path, shared: SharedState | None = None, run_dir: Path | None = None
+) -> int:
     """Run the supervisor until SIGTERM/SIGINT or `ctl shutdown`; SIGHUP applies the config file.
 
     With `shared`, `config` is the file; the shared store's run-time changes are applied over it.
+    A second SIGTERM/SIGINT during the stop changes nothing; a third SIGKILLs every process.
+    Returns the exit status: 1 when the frontend cannot listen at start-up.
     """
     base = config
     if shared is not None:
         config = await trio.to_thread.run_sync(shared.overlay, base)
-    supervisor = Supervisor(config, config_path, shared=shared, base=base)
+    supervisor = Supervisor(config, config_path, shared=shared, base=base, run_dir=run_dir)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
 
             async def handle_signals() -> None:
+                extra = 0  # stop signals after the stop began
                 async for signum in signals:
+                    name = signal.Signals(signum).name
                     if signum == signal.SIGHUP:
+                        if supervisor.stopping:
+                            log.info("received SIGHUP while stopping: ignored")
+                            continue
                         log.info("received SIGHUP: rereading %s", supervisor.config_path)
                         nursery.start_soon(_update_on_hup, supervisor)
-                    else:
-                        log.info("received %s: stopping", signal.Signals(signum).name)
+                    elif not supervisor.shutdown_requested.is_set():
+                        log.info("received %s: stopping", name)
                         supervisor.shutdown_requested.set()
+                    elif (extra := extra + 1) == 1:
+                        log.warning(
+                            "received %s: already stopping (one more and every process is killed at once)", name
+                        )
+                    else:
+                        log.warning("received %s again: SIGKILL to every process now", name)
+                        supervisor.kill_everything()
 
             nursery.start_soon(handle_signals)
             await supervisor.run()
             nursery.cancel_scope.cancel()
+    return supervisor.exit_code
 
 
 async def _update_on_hup(supervisor: Supervisor) -> None:

@@ -15,10 +15,8 @@ import logging
 import os
 import resource
 import select
-import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,6 +28,7 @@ import trio
 from mcp.shared.message import SessionMessage
 
 from mcpvisor.runtime import bwrap, lifetime
+from mcpvisor.runtime.commands import child_environment, find_program
 from mcpvisor.runtime.logs import RotatingFile, pump
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.workers import confine
@@ -37,28 +36,12 @@ from mcpvisor.workers.limits import MIB, CgroupLimits, Watchdog, join_cgroups, o
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _MAX_LINE = 64 * 1024 * 1024  # an upstream that never ends a line must not eat the worker's memory
 _STDIN_GRACE = 2.0
 _TERM_GRACE = 2.0
 _STDERR_DRAIN = 1.0
 # A pipe takes a write of at most this many bytes whole or not at all: such a line needs no lock.
 _ATOMIC_WRITE = select.PIPE_BUF
-
-# Inherited by default, as the SDK's stdio client does: enough to find and run programs.
-INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ")
-
-
-def child_environment(extra: Mapping[str, str]) -> dict[str, str]:
-    """The upstream's environment: a safe inherited base, then its configured `env`."""
-    env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
-    # Commands installed next to mcpvisor (in its virtualenv) are found without activating it.
-    here = os.path.dirname(sys.executable)
-    path = env.get("PATH", os.defpath)
-    if here not in path.split(os.pathsep):
-        env["PATH"] = os.pathsep.join([here, path])
-    env.update(extra)
-    return env
 
 
 class UpstreamProcessError(Exception):
@@ -267,7 +250,7 @@ async def open_stdio_upstream(
     in its own cgroup when one is writable (else watched for memory), and never unconfined.
     """
     search_path = env.get("PATH") if sandbox is None else child_environment({}).get("PATH")
-    executable = shutil.which(command, path=search_path) or command
+    executable = find_program(command, search_path)
     argv, run_env, run_cwd = [executable, *args], dict(env), cwd
     limits: CgroupLimits | None = None
     watchdog: Watchdog | None = None
@@ -425,7 +408,7 @@ async def open_stdio_upstream(
             with trio.CancelScope(shield=True):
                 # The MCP way first (stdin closed), then TERM, then KILL.
                 await lifetime.stop_group(
-                    process, signal.SIGTERM, _TERM_GRACE, stdin_grace=_STDIN_GRACE, name="upstream"
+                    process, signal.SIGTERM, _TERM_GRACE, stdin=process.stdin, stdin_grace=_STDIN_GRACE, name="upstream"
                 )
                 # An upstream's last words (why it died) are what its log is for: let the pump
                 # reach the end of the pipe. Bounded, as a grandchild may still hold it open.

@@ -26,6 +26,7 @@ from mcp_types import CONNECTION_CLOSED
 from pydantic import TypeAdapter, ValidationError
 
 from mcpvisor.runtime import lifetime
+from mcpvisor.runtime.commands import child_environment
 from mcpvisor.runtime.logs import RotatingFile, log_stem, tail_lines
 from mcpvisor.store import oauth_store
 from mcpvisor.store.state_url import StateStoreError
@@ -42,7 +43,6 @@ from mcpvisor.workers.stdio import (
     RawError,
     StdioChannel,
     UpstreamProcessError,
-    child_environment,
     open_stdio_upstream,
 )
 

@@ -64,7 +64,7 @@ async def test_stop_group_closes_stdin_first_and_a_child_that_leaves_then_gets_n
     reader = [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(7)"]
     child = lifetime.spawn(reader, env=os.environ, stdin_pipe=True)
     with trio.fail_after(10):
-        status = await lifetime.stop_group(child, signal.SIGTERM, wait=5, stdin_grace=5)
+        status = await lifetime.stop_group(child, signal.SIGTERM, wait=5, stdin=child.stdin, stdin_grace=5)
     assert status == 7
 
 

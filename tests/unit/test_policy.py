@@ -165,11 +165,13 @@ class ScriptedSpawner:
     script: list[tuple[float, int]]
     ignores: frozenset[int] = frozenset()
     fail_with: OSError | None = None
+    spawn_takes: float = 0.0  # a forkserver still importing, a loaded machine
     log: list[tuple[str, object, float]] = field(default_factory=list)
     children: list[ScriptedChild] = field(default_factory=list)
 
     async def spawn(self, launch: Launch) -> ScriptedChild:
         await trio.lowlevel.checkpoint()
+        await trio.sleep(self.spawn_takes)
         self.log.append(("start", len(self.children), trio.current_time()))
         if self.fail_with is not None:
             raise self.fail_with
@@ -453,3 +455,123 @@ async def test_retiring_stops_the_process_it_runs(autojump_clock: trio.testing.M
     await run_program(tmp_path, spawner, drive, startsecs=1)
 
     assert spawner.children[0].returncode == -signal.SIGTERM
+
+
+# -- stopping completes from every state ------------------------------------------------------------
+
+
+async def test_a_stop_in_backoff_is_stopped_at_once(autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    """The first row of the table: a server that cannot start, then Ctrl-C; it used to hang in BACKOFF."""
+    spawner = ScriptedSpawner([(0.1, 1)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        while s.program.state is not ProcessState.BACKOFF:
+            await trio.sleep(0.01)
+        stopped_from = trio.current_time()
+        s.program.stop()
+        with trio.fail_after(0.001):  # no process to wait for: no time passes
+            await s.program.wait_stopped()
+        assert trio.current_time() == stopped_from
+        await trio.sleep(1000)  # and it stays stopped: its backoff timer is gone
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, startretries=5, backoff_max=60)
+
+    assert deduplicated(s.states)[-2:] == [ProcessState.BACKOFF, ProcessState.STOPPED]
+    assert spawner.starts() == [0]
+    assert s.program.description() == "stopped"
+
+
+async def test_a_stop_during_a_slow_spawn_abandons_it(autojump_clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    spawner = ScriptedSpawner([(10_000, 0)], spawn_takes=60)
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await trio.sleep(1)
+        assert s.program.state is ProcessState.STARTING
+        s.program.stop()
+        with trio.fail_after(0.001):
+            await s.program.wait_stopped()
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1)
+
+    assert deduplicated(s.states) == [ProcessState.STARTING, ProcessState.STOPPED]
+    assert spawner.children == []
+
+
+@pytest.mark.parametrize("when", ["starting", "running", "backoff", "exited", "fatal"])
+async def test_a_halted_program_stops_and_never_starts_again(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, when: str
+) -> None:
+    """Once mcpvisor is stopping nothing starts: not by policy, not by an operator's start."""
+    script = {
+        "starting": [(10_000, 0)],
+        "running": [(10_000, 0)],
+        "backoff": [(0.1, 1)],
+        "exited": [(5, 0)],
+        "fatal": [(0.1, 1)],
+    }[when]
+    spawner = ScriptedSpawner(script)
+    reached = {
+        "starting": ProcessState.STARTING,
+        "running": ProcessState.RUNNING,
+        "backoff": ProcessState.BACKOFF,
+        "exited": ProcessState.EXITED,
+        "fatal": ProcessState.FATAL,
+    }[when]
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        while s.program.state is not reached:
+            await trio.sleep(0.01)
+        s.program.halt()
+        assert s.program.start() is False
+        s.program.stop()
+        with trio.fail_after(15):  # stopwaitsecs (10) and no more
+            await s.program.wait_stopped()
+        starts = len(spawner.starts())
+        await trio.sleep(1000)
+        assert len(spawner.starts()) == starts
+        assert s.program.state in (ProcessState.STOPPED, ProcessState.EXITED, ProcessState.FATAL)
+
+    await run_program(
+        tmp_path, spawner, drive, startsecs=1, startretries=0 if when == "fatal" else 5, autorestart=when != "exited"
+    )
+
+
+async def test_a_halted_program_that_exits_on_its_own_is_not_restarted(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """The frontend stops first while the workers still serve it: a worker that dies meanwhile stays down."""
+    spawner = ScriptedSpawner([(20, 1)])
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled()
+        s.program.halt()
+        await s.program.wait_stopped()
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1)
+
+    assert s.program.state is ProcessState.EXITED
+    assert spawner.starts() == [0]
+
+
+async def test_kill_now_ends_a_stop_that_waits_out_stopwaitsecs(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    spawner = ScriptedSpawner([(10_000, 0)], ignores=frozenset({signal.SIGTERM}))
+
+    async def drive(s: Scenario) -> None:
+        s.program.start()
+        await s.program.wait_settled()
+        s.program.stop()
+        await trio.sleep(2)
+        assert s.program.state is ProcessState.STOPPING
+        assert s.program.kill_now()
+        with trio.fail_after(0.001):
+            await s.program.wait_stopped()
+
+    s = await run_program(tmp_path, spawner, drive, startsecs=1, stopwaitsecs=300)
+
+    assert s.program.exit_code == -signal.SIGKILL
