@@ -295,6 +295,7 @@ class Supervisor:
             log_dir=str(self.log_dir),
             call_timeout=self.config.mcpvisor.call_timeout,
             log_level=self.config.mcpvisor.log_level,
+            max_result_bytes=self.config.mcpvisor.max_result_bytes,
             sandbox=self.sandbox_plan(worker),
             # Only a remote upstream logs in; a stdio server's worker has no use for the store.
             state_url=(self.config.mcpvisor.state_url or "") if server.kind != "stdio" else "",

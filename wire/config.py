@@ -401,6 +401,14 @@ class Settings(_Strict):
         Annotated[int, msgspec.Meta(ge=1024)],
         msgspec.Meta(description="The largest HTTP request body accepted; a larger one gets 413."),
     ] = 4 * 1024 * 1024
+    max_result_bytes: Annotated[
+        Annotated[int, msgspec.Meta(ge=1024)],
+        msgspec.Meta(
+            description="The largest answer an upstream may give to one request (a tool's result, a resource), in"
+            " bytes of JSON; a larger one fails that request with an error naming both sizes, and the upstream"
+            " goes on. Default 64 MiB."
+        ),
+    ] = 64 * 1024 * 1024
     page_size: Annotated[
         Annotated[int, msgspec.Meta(ge=1, le=10000)],
         msgspec.Meta(description="Items per page of tools/list, resources/list, prompts/list and the like."),

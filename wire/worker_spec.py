@@ -18,6 +18,7 @@ class WorkerSpec(msgspec.Struct, kw_only=True, frozen=True):
     log_dir: str
     call_timeout: float = 120.0
     log_level: str = "info"
+    max_result_bytes: int = 64 * 1024 * 1024  # the largest answer of the upstream to one request
     sandbox: SandboxPlan | None = None  # a stdio upstream's sandbox; None: it runs as mcpvisor does
     # The shared store (`state_url`, as written: references resolve in the worker) where a remote
     # upstream's OAuth login is kept; "": in the data dir. Never given to a stdio server's worker.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import itertools
 import logging
 import os
@@ -33,10 +34,18 @@ from mcpvisor.runtime.logs import RotatingFile, pump
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.workers import confine
 from mcpvisor.workers.limits import MIB, CgroupLimits, Watchdog, join_cgroups, open_cgroup
+from mcpvisor.workers.lines import LineReader, Oversized
 
 log = logging.getLogger(__name__)
 
-_MAX_LINE = 64 * 1024 * 1024  # an upstream that never ends a line must not eat the worker's memory
+DEFAULT_MAX_RESULT = 64 * 1024 * 1024  # [mcpvisor] max_result_bytes
+_ENVELOPE_ROOM = 64 * 1024  # what a line holds beside its result: jsonrpc, id, ...
+TOO_LARGE = -32000  # the JSON-RPC code of an answer over max_result_bytes
+# Reads start small (a pipe holds 64 KiB); on the first one that comes back full the pipe is
+# widened and reads grow: a large answer is read in large pieces, a short one pays for no large
+# buffer.
+_READ_SIZE = 65536
+_READ_SIZE_MAX = 1024 * 1024
 _STDIN_GRACE = 2.0
 _TERM_GRACE = 2.0
 _STDERR_DRAIN = 1.0
@@ -90,8 +99,10 @@ class StdioChannel:
     their own, which never collide with the session's integer ids.
     """
 
-    def __init__(self, process: lifetime.Child) -> None:
+    def __init__(self, process: lifetime.Child, max_result: int = DEFAULT_MAX_RESULT) -> None:
         self.process = process
+        self.max_result = max_result
+        self.bytes_read = 0  # everything the upstream wrote on stdout: its activity
         self._write_lock = trio.Lock()
         self._ids = itertools.count(1)
         self._pending: dict[str, OutcomeHandler] = {}
@@ -212,8 +223,23 @@ class StdioChannel:
         if deliver is not None:
             if envelope.error is not None:
                 deliver(RawError(int(envelope.error.get("code", -32603)), str(envelope.error.get("message", ""))))
+            elif len(envelope.result) > self.max_result:
+                deliver(RawError(TOO_LARGE, self.too_large(len(envelope.result), "result")))
             else:
                 deliver(bytes(envelope.result) if len(envelope.result) else b"{}")
+        return True
+
+    def too_large(self, size: int, what: str) -> str:
+        return f"the upstream's {what} is {size:,} bytes, over the limit of {self.max_result:,} (max_result_bytes)"
+
+    def take_oversized(self, line: Oversized) -> bool:
+        """Fail the pass-through request an answer too large to keep was for; False if it is not one."""
+        request_id = line.request_id
+        if not (isinstance(request_id, str) and request_id.startswith(_RAW_ID_PREFIX)):
+            return False
+        deliver = self._pending.pop(request_id, None)
+        if deliver is not None:
+            deliver(RawError(TOO_LARGE, self.too_large(line.size, "answer")))
         return True
 
     def close(self) -> None:
@@ -243,10 +269,12 @@ async def open_stdio_upstream(
     stderr_log: RotatingFile,
     sandbox: SandboxPlan | None = None,
     worker_id: str = "",
+    max_result: int = DEFAULT_MAX_RESULT,
 ) -> AsyncIterator[tuple[anyio.abc.ObjectReceiveStream, anyio.abc.ObjectSendStream, StdioChannel]]:
     """Start the upstream and yield (read_stream, write_stream) for a ClientSession, and the channel.
 
-    With `sandbox`, `env` is the configured environment alone: the process runs in bubblewrap,
+    An answer over `max_result` bytes fails its request with an error naming both sizes; the
+    upstream lives on. With `sandbox`, `env` is the configured environment alone: the process runs in bubblewrap,
     in its own cgroup when one is writable (else watched for memory), and never unconfined.
     """
     search_path = env.get("PATH") if sandbox is None else child_environment({}).get("PATH")
@@ -288,7 +316,7 @@ async def open_stdio_upstream(
             limits.close()
         raise UpstreamProcessError(f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}") from None
     await trio.lowlevel.checkpoint()
-    channel = StdioChannel(process)
+    channel = StdioChannel(process, max_result)
 
     def killed_for_memory() -> bool:
         return (limits is not None and limits.oom_kills() > 0) or (watchdog is not None and watchdog.fired)
@@ -301,12 +329,26 @@ async def open_stdio_upstream(
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](64)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](64)
 
+    async def refuse(request_id: int | str, message: str) -> None:
+        """Answer one of the session's requests with an error in the upstream's stead."""
+        error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": TOO_LARGE, "message": message}}
+        await to_session.send(SessionMessage(types.jsonrpc_message_adapter.validate_python(error, by_name=False)))
+
+    async def deliver_oversized(line: Oversized) -> None:
+        log.warning("upstream answer of %d bytes dropped: over max_result_bytes (%d)", line.size, max_result)
+        if channel.take_oversized(line) or line.request_id is None:
+            return
+        await refuse(line.request_id, channel.too_large(line.size, "answer"))
+
     async def deliver(line: bytes) -> None:
         try:
             envelope = _envelope.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError):
             envelope = None
         if envelope is not None and channel.take_reply(envelope):
+            return
+        if envelope is not None and envelope.id is not None and len(envelope.result) > max_result:
+            await refuse(envelope.id, channel.too_large(len(envelope.result), "result"))
             return
         if (
             envelope is not None
@@ -332,7 +374,8 @@ async def open_stdio_upstream(
     async def read_stdout() -> None:
         stdout = process.stdout
         assert stdout is not None
-        buffer = b""
+        lines = LineReader(max_result + _ENVELOPE_ROOM)
+        size = _READ_SIZE
         waited = True  # whether the task went through the scheduler since the last chunk
         try:
             async with to_session:
@@ -342,7 +385,7 @@ async def open_stdio_upstream(
                         # chunk that follows another without a wait yields first, so an upstream that
                         # never stops writing cannot starve the worker's other tasks.
                         try:
-                            chunk = os.read(stdout.fileno(), 65536)
+                            chunk = os.read(stdout.fileno(), size)
                         except BlockingIOError:
                             try:
                                 await trio.lowlevel.wait_readable(stdout.fileno())
@@ -354,18 +397,21 @@ async def open_stdio_upstream(
                             return  # closed or broken, as the stream's receive_some would report
                         if not chunk:
                             return
+                        channel.bytes_read += len(chunk)
+                        if len(chunk) == size and size < _READ_SIZE_MAX:
+                            if size == _READ_SIZE:
+                                with contextlib.suppress(OSError):  # above the system's pipe-max-size
+                                    fcntl.fcntl(stdout.fileno(), fcntl.F_SETPIPE_SZ, _READ_SIZE_MAX)
+                            size = min(size * 4, _READ_SIZE_MAX)
+                        elif len(chunk) < size:
+                            size = _READ_SIZE
                         if not waited:
                             await trio.lowlevel.checkpoint()
                         waited = False
-                        buffer += chunk
-                        if b"\n" not in chunk:
-                            if len(buffer) > _MAX_LINE:
-                                await to_session.send(ValueError("upstream sent a line longer than 64 MiB"))
-                                return
-                            continue
-                        *lines, buffer = buffer.split(b"\n")
-                        for line in lines:
-                            if line.strip():
+                        for line in lines.feed(chunk):
+                            if isinstance(line, Oversized):
+                                await deliver_oversized(line)
+                            elif line.strip():
                                 await deliver(line)
                 finally:
                     # Before the session hears of the end: it reports why.

@@ -39,6 +39,7 @@ from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers.oauth import Challenge, Record, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
+    DEFAULT_MAX_RESULT,
     FORWARDED_NOTIFICATIONS,
     RawError,
     StdioChannel,
@@ -201,8 +202,10 @@ class Upstream:
         *,
         sandbox: SandboxPlan | None = None,
         state_url: str = "",
+        max_result: int = DEFAULT_MAX_RESULT,
     ) -> None:
         self.name = name
+        self.max_result = max_result
         self.sandbox = sandbox
         self.hooks = hooks or ClientHooks()
         self.server = server
@@ -406,6 +409,7 @@ class Upstream:
                     self._stderr_log,
                     sandbox=self.sandbox,
                     worker_id=self.name,
+                    max_result=self.max_result,
                 )
             )
             self._channel = channel
@@ -551,21 +555,47 @@ class Upstream:
             self._set_state(UpstreamState.AUTHENTICATING, self.login_hint())
 
     async def _serve_pings(self, session: ClientSession) -> None:
-        """A hung upstream (stopped, deadlocked) answers no ping: reconnect instead of timing out calls."""
+        """A hung upstream (stopped, deadlocked) answers no ping: reconnect instead of timing out calls.
+
+        An upstream that is writing is not hung, however long its answer: a ping waits behind a
+        large result on a stdio upstream's stdout, so while bytes keep coming the wait goes on.
+        """
         policy = self.server.policy
         while True:
             await trio.sleep(policy.ping_interval)
-            with trio.move_on_after(policy.ping_timeout) as scope:
-                try:
-                    await session.send_ping()
-                except MCPError as exc:
-                    if exc.code == CONNECTION_CLOSED:
-                        self.mark_lost("the upstream closed the connection")
-                        return
-                    # An error answer is still an answer: the upstream is alive.
-            if scope.cancelled_caught:
-                self.mark_lost(f"no answer to ping within {policy.ping_timeout:g}s (upstream hung)")
+            if (lost := await self._ping(session, policy.ping_timeout)) is not None:
+                self.mark_lost(lost)
                 return
+
+    async def _ping(self, session: ClientSession, timeout: float) -> str | None:
+        """One ping; why the connection is lost, or None when the upstream answered (or is busy writing)."""
+        answered = trio.Event()
+        closed = False
+
+        async def ping() -> None:
+            nonlocal closed
+            try:
+                await session.send_ping()
+            except MCPError as exc:
+                # An error answer is still an answer: the upstream is alive.
+                closed = exc.code == CONNECTION_CLOSED
+            answered.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ping)
+            while not answered.is_set():
+                before = self.activity()
+                with trio.move_on_after(timeout):
+                    await answered.wait()
+                if not answered.is_set() and (before is None or self.activity() == before):
+                    nursery.cancel_scope.cancel()
+                    return f"no answer to ping within {timeout:g}s (upstream hung)"
+        return "the upstream closed the connection" if closed else None
+
+    def activity(self) -> int | None:
+        """How much a stdio upstream has written so far; None for a remote one (its ping answers alone)."""
+        channel = self._channel
+        return channel.bytes_read if channel is not None else None
 
     async def _serve_polling(self, session: ClientSession) -> None:
         """Rediscover every poll_interval for upstreams that do not announce list changes."""
@@ -758,7 +788,11 @@ class Upstream:
             raise WireError(
                 ErrorCode.UPSTREAM_ERROR, f"server '{self.name}' sent an invalid result: {_first_error(exc)}"
             ) from None
-        return _json.encode(raw)
+        result = _json.encode(raw)
+        if len(result) > self.max_result:
+            message = f"the upstream's result is {len(result):,} bytes, over the limit of {self.max_result:,}"
+            raise WireError(ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {message} (max_result_bytes)")
+        return result
 
     async def serve_rediscovery(self) -> None:
         """Rediscover on list_changed: at most one discovery in flight and one queued after it.

@@ -65,6 +65,7 @@ class Worker:
             WorkerHooks(self),
             sandbox=spec.sandbox,
             state_url=spec.state_url,
+            max_result=spec.max_result_bytes,
         )
         self._inflight: dict[int, _Call] = {}
         self._asks: PendingReplies[int, tuple[Answer, bytes | None]] = PendingReplies()

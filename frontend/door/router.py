@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # A worker that has not been heard from for this long is treated as gone (it beats every second).
 HEARTBEAT_TIMEOUT = 3.5
+# A message this large takes a moment to arrive; meanwhile the worker's heartbeats wait behind it.
+_LARGE = 1024 * 1024
 # Time a worker gets past the call timeout to report its own timeout before the frontend gives up.
 _GRACE = 2.0
 
@@ -309,6 +311,11 @@ class Router:
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             log.error("dropping an undecodable message from a worker: %s", exc)
             return
+        if payload is not None and len(payload) > _LARGE:
+            # Whatever it sent, a worker that sends is alive: its heartbeat may be queued behind this.
+            catalog, name = self.catalogs.locate(worker)
+            if (seen := catalog.servers.get(name)) is not None:
+                seen.last_seen = time.monotonic()
         match msg:
             case Response():
                 if (pending := self._pending.get(msg.id)) is not None:
@@ -352,8 +359,13 @@ class Router:
 
     async def _watch_heartbeats(self) -> None:
         while True:
+            slept_from = time.monotonic()
             await trio.sleep(1.0)
             now = time.monotonic()
+            if now - slept_from > 1.5:
+                # This process was busy (a large answer): the heartbeats that came meanwhile are
+                # still queued. Judge the workers once they are read, not before.
+                continue
             for worker, view in list(self.catalogs.workers()):
                 if view.alive and now - view.last_seen > HEARTBEAT_TIMEOUT:
                     log.warning("worker %s missed its heartbeats", worker)
