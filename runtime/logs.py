@@ -52,10 +52,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(event, default=str)
 
 
+def for_the_console(record: logging.LogRecord) -> bool:
+    """Records logged with `extra={"console": False}` go to the JSON event log only (every ctl call)."""
+    return getattr(record, "console", True)
+
+
 def setup(process_name: str, level: str = "info", *, structured: bool = False, json_file: Path | None = None) -> None:
     """Log to stderr, one line per event; and, with `json_file`, as JSON lines to a rotated file."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter(process_name) if structured else OneLineFormatter(process_name))
+    handler.addFilter(for_the_console)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     if json_file is not None:

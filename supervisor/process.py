@@ -111,6 +111,7 @@ class Program:
         self._flaps = FlapDetector(policy.flap_window, policy.flap_count)
         self._stopped = trio.Event()
         self._settled = trio.Event()
+        self._changed = trio.Event()  # set, and replaced, at every state change
         self._scope = trio.CancelScope()
         self._spawning: trio.CancelScope | None = None  # a spawn under way, which a stop abandons
         self._log = RotatingFile(launch.log_path)
@@ -176,6 +177,10 @@ class Program:
                 await self._settled.wait()
                 self._settled = trio.Event()
 
+    async def wait_change(self) -> None:
+        """Until the next state change."""
+        await self._changed.wait()
+
     @property
     def wanted(self) -> bool:
         """Whether the loop should (re)start the process."""
@@ -206,6 +211,8 @@ class Program:
         if state in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED):
             self._stopped.set()
         self._settled.set()
+        self._changed.set()
+        self._changed = trio.Event()
         self._on_state(self)
 
     def description(self, now: float | None = None) -> str:

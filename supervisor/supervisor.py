@@ -541,12 +541,13 @@ class Supervisor:
             log.exception("command %s failed", _clip(cmd.name))
             error = f"{cmd.name}: internal error ({type(exc).__name__}); the supervisor's log has the details"
             reply = Reply(id=cmd.id, ok=False, error=_clip(error), exit_code=EXIT_ERROR)
+        # Kept in the event log; the console shows what happens (state changes), not every question.
         log.info(
             "command %s %s: %s",
             _clip(cmd.name),
             _clip(" ".join(cmd.args)),
             "ok" if reply.ok else reply.error,
-            extra={"fields": {"event": "command", "command": _clip(cmd.name), "ok": reply.ok}},
+            extra={"fields": {"event": "command", "command": _clip(cmd.name), "ok": reply.ok}, "console": False},
         )
         await self._send_reply(sock, identity, reply)
 
@@ -563,6 +564,19 @@ class Supervisor:
             await sock.send_multipart([identity, *frames])
         except (zmq.ZMQError, trio.ClosedResourceError) as exc:
             log.debug("control reply not delivered: %s", exc)
+
+    def frontend_state(self) -> str:
+        frontend = self.programs.get(FRONTEND)
+        return str(frontend.state) if frontend is not None else "not started"
+
+    async def wait_frontend(self, timeout: float) -> bool:
+        """Wait (up to `timeout`) for a frontend on its way up; whether it serves."""
+        frontend = self.programs.get(FRONTEND)
+        on_its_way = (ProcessState.STARTING, ProcessState.BACKOFF, ProcessState.EXITED)
+        with trio.move_on_after(timeout):
+            while frontend is not None and frontend.wanted and frontend.state in on_its_way:
+                await frontend.wait_change()
+        return frontend is not None and frontend.state is ProcessState.RUNNING and self._frontend_identity is not None
 
     async def ask_frontend(self, action: Action, name: str = "", tools: list[str] | None = None) -> OperatorResult:
         """Put an operator's request to the frontend, which holds the approvals; its answer."""

@@ -46,6 +46,17 @@ def _looks_random(value: str) -> bool:
     return any(ch.isdigit() for ch in value) and any(ch.isalpha() for ch in value)
 
 
+# A segment of a file path: a word (`site-packages`, `streamable_http`, `Projects`) or a short
+# number (the `11` of `python3.11`). Random tokens mix cases and digits within a segment.
+_PATH_SEGMENT = re.compile(r"_*[A-Za-z][a-z0-9_-]{0,40}|[0-9]{1,4}")
+
+
+def _looks_like_path(token: str) -> bool:
+    """`11/site-packages/mcp/server/streamable_http` (from `python3.11/...`): words between slashes."""
+    segments = [segment for segment in token.split("/") if segment]
+    return len(segments) > 1 and all(_PATH_SEGMENT.fullmatch(segment) for segment in segments)
+
+
 def _is_secret_parameter(name: str) -> bool:
     words = re.split(r"[_.-]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower())
     return words[-1] in _SECRET_PARAMETER_WORDS
@@ -81,7 +92,7 @@ def secret_spans(text: str, *, findings_only: bool = False) -> list[tuple[int, i
             if _is_secret_parameter(match.group(1)):
                 spans.append((match.start(2), match.end(2), "<redacted>"))
         for match in _LONG_TOKEN.finditer(text):
-            if _looks_random(match.group()):
+            if _looks_random(match.group()) and not _looks_like_path(match.group()):
                 spans.append((match.start(), match.end(), f"<redacted {len(match.group())} chars>"))
     ordered = sorted(enumerate(spans), key=lambda item: (item[1][0], item[0]))
     merged: list[tuple[int, int, str]] = []

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 LOGIN_ANSWER_TIMEOUT = 45.0  # discovery and registration happen before the worker has a URL
+FRONTEND_WAIT = 30.0  # right after start-up the frontend may still be on its way up
 
 
 def _worker(sup: Supervisor, name: str) -> Program:
@@ -42,6 +43,12 @@ async def login(sup: Supervisor, args: Name) -> dict[str, Any]:
     TENANT/SERVER and logs in on its own. Exits 4 for an unknown server.
     """
     program = _worker(sup, args.name)
+    # The browser comes back to the frontend: no URL before it can take the redirect.
+    if not await sup.wait_frontend(FRONTEND_WAIT):
+        raise CommandError(
+            f"the frontend, which takes the login's redirect at /oauth/callback, is not serving"
+            f" ({sup.frontend_state()}); try again once `mcpvisor ctl status frontend` says RUNNING"
+        )
     settings = sup.config.mcpvisor
     uri = oauth_store.redirect_uri(settings.listen, settings.public_url)
     return await sup.ask_worker(program, "oauth_login", {"redirect_uri": uri}, timeout=LOGIN_ANSWER_TIMEOUT)

@@ -17,11 +17,13 @@ def render(rows: list[dict[str, Any]]) -> str:
         return "no processes"
     name_width = max(len(row["name"]) for row in rows) + 2
     desc_width = max(len(row["description"]) for row in rows) + 3
+    # `connecting` and `authenticating` are longer than `ready`: the column fits the longest shown.
+    upstream_width = max([len(row.get("upstream") or "") for row in rows] + [6]) + 2
     lines = []
     for row in rows:
         line = f"{row['name']:<{name_width}}{row['state']:<10}{row['description']:<{desc_width}}"
         if row.get("upstream"):
-            line += f"{row['upstream']:<8}{row['tools']} tool{'s' if row['tools'] != 1 else ''}"
+            line += f"{row['upstream']:<{upstream_width}}{row['tools']} tool{'s' if row['tools'] != 1 else ''}"
             if row.get("error") and row["upstream"] != "ready":
                 line += f"  ({row['error']})"
             if row.get("token_expires"):

@@ -22,6 +22,7 @@ import trio
 from mcp import Client
 
 from mcpvisor.supervisor.ctl import Connection
+from mcpvisor.supervisor.instance import read_holder
 from mcpvisor.wire.endpoints import Endpoints
 from mcpvisor.wire.messages import Reply
 
@@ -143,7 +144,12 @@ class Stack:
         Tests that poll the state use this: `ctl` costs about 0.4 s of CPU a run, which adds up to
         minutes over a suite on two cores. Tests of `ctl` itself run the real command (`ctl()`).
         """
-        return ask(Endpoints.in_dir(self.run_dir).control, command, *args, timeout=timeout)
+        return ask(self.control_endpoint, command, *args, timeout=timeout)
+
+    @property
+    def control_endpoint(self) -> str:
+        """The control socket its lock names (another data dir's instance may hold `run_dir`), else run_dir's."""
+        return read_holder(self.data_dir).control or Endpoints.in_dir(self.run_dir).control
 
     def status(self) -> dict[str, dict[str, Any]]:
         reply = self.control("status")

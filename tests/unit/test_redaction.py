@@ -111,3 +111,20 @@ def test_findings_only_leaves_out_what_is_redacted_but_proves_nothing() -> None:
     assert secret_spans(placeholders, findings_only=True) == []
     live = f"export GITHUB_TOKEN={GITHUB_TOKEN}"
     assert [label for _, _, label in secret_spans(live, findings_only=True)] == ["ghp_<redacted>"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '  File "/usr/lib/python3.11/site-packages/mcp/server/streamable_http.py", line 381, in run',
+        "error python3.11/site-packages/anyio/_backends/_asyncio_task.py:381 boom",
+        "/home/me/.venv/lib/python3.12/site-packages/mcp/server/lowlevel/server.py:381",
+    ],
+)
+def test_a_source_path_in_a_log_line_is_left_whole(line: str) -> None:
+    """`ctl tail` showed `python3.<redacted 42 chars>.py:381`: a path of words is no token."""
+    assert redact_secrets(line) == line
+
+
+def test_a_token_with_slashes_is_still_redacted() -> None:
+    assert "aGVsbG8" not in redact_secrets("key aGVsbG8gd29ybGQ/Zm9vYmFyYmF6cXV4/MTIzNDU2Nzg5MA== x")
