@@ -6,13 +6,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-def backoff_delay(retries: int, cap: float, base: float = 1.0) -> float:
-    """Delay before start attempt number `retries` (1-based): 1, 2, 4, ... seconds, capped."""
-    if retries <= 0:
-        return 0.0
-    return min(cap, base * (2 ** (retries - 1)))
-
-
 def should_restart(autorestart: bool | str, exit_code: int | None, exitcodes: list[int]) -> bool:
     """supervisord's `autorestart`: true, false, or 'unexpected' (only for codes not in exitcodes)."""
     if autorestart in (True, "true"):

@@ -25,8 +25,9 @@ from typing import Protocol
 import trio
 
 from mcpvisor.runtime import lifetime
+from mcpvisor.runtime.backoff import backoff_delay
 from mcpvisor.runtime.logs import RotatingFile, pump
-from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
+from mcpvisor.supervisor.policy import FlapDetector, format_uptime, should_restart
 from mcpvisor.wire.config import Policy
 from mcpvisor.wire.states import ProcessState
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
-import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -26,6 +24,7 @@ from mcp_types import CONNECTION_CLOSED
 from pydantic import TypeAdapter, ValidationError
 
 from mcpvisor.runtime import lifetime
+from mcpvisor.runtime.backoff import backoff_delay
 from mcpvisor.runtime.commands import child_environment
 from mcpvisor.runtime.logs import RotatingFile, log_stem, tail_lines
 from mcpvisor.store import oauth_store
@@ -176,12 +175,6 @@ class _WatchedStream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def backoff_delay(attempt: int, cap: float, *, base: float = 0.5, jitter: float = 0.1) -> float:
-    """Exponential backoff for reconnects: base * 2^attempt, capped, with a little jitter."""
-    delay = min(cap, base * math.pow(2, max(0, attempt)))
-    return delay * (1 + random.uniform(-jitter, jitter))
 
 
 SECRET_RECHECK_MAX = 10.0  # a missing secret is looked for again at most this often
@@ -345,13 +338,13 @@ class Upstream:
             if self.waiting_for_secret:
                 # Not a crash to retry fast: the operator has to put the secret in place.
                 self._set_state(UpstreamState.ERROR, f"waiting for the operator: {message}")
-                await trio.sleep(min(backoff_delay(attempt, SECRET_RECHECK_MAX), SECRET_RECHECK_MAX))
+                await trio.sleep(backoff_delay(attempt + 1, SECRET_RECHECK_MAX, base=0.5, jitter=0.1))
                 attempt += 1
                 continue
             self._set_state(UpstreamState.ERROR, message)
             if not self.ever_ready and self.server.kind == "stdio":
                 raise StartupFailed(message)
-            delay = backoff_delay(attempt, policy.reconnect_backoff_max)
+            delay = backoff_delay(attempt + 1, policy.reconnect_backoff_max, base=0.5, jitter=0.1)
             attempt += 1
             await trio.sleep(delay)
 

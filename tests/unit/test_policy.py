@@ -12,7 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
+from mcpvisor.runtime.backoff import backoff_delay
+from mcpvisor.supervisor.policy import FlapDetector, format_uptime, should_restart
 from mcpvisor.supervisor.process import Launch, Program
 from mcpvisor.wire.config import Policy
 from mcpvisor.wire.states import ProcessState
@@ -34,6 +35,17 @@ def test_backoff_scales_with_its_base() -> None:
 @pytest.mark.parametrize("retries", [0, -1, -100])
 def test_no_delay_before_the_first_attempt(retries: int) -> None:
     assert backoff_delay(retries, cap=300) == 0
+
+
+def test_jitter_spreads_a_delay_either_way_but_never_past_the_cap() -> None:
+    """A worker's reconnects: 0.5 s, 1 s, 2 s, ... spread by up to 10 %."""
+    assert backoff_delay(1, cap=60, base=0.5, jitter=0.1, draw=lambda: 0.0) == 0.45
+    assert backoff_delay(1, cap=60, base=0.5, jitter=0.1, draw=lambda: 0.999999) == 0.5 * (1 + 0.1 * 0.999998)
+    assert backoff_delay(20, cap=60, base=0.5, jitter=0.1, draw=lambda: 0.999999) == 60
+
+
+def test_a_huge_attempt_count_is_the_cap_not_an_overflow() -> None:
+    assert backoff_delay(10**6, cap=300) == 300
 
 
 @pytest.mark.parametrize("autorestart", [True, "true"])
