@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx2
 import trio
 from mcp.shared.exceptions import MCPError
 
@@ -74,6 +75,10 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
                         except MCPError as exc:
                             failed[exc.error.message[:60]] = failed.get(exc.error.message[:60], 0) + 1
                             await trio.sleep(0.05)
+                        except (OSError, httpx2.HTTPError, trio.TooSlowError) as exc:
+                            # The connection itself failed: mcpvisor's frontend is not what is killed here.
+                            failed[f"client: {type(exc).__name__}"] = failed.get(f"client: {type(exc).__name__}", 0) + 1
+                            break
                         slowest = max(slowest, time.monotonic() - started)
                         done += 1
                         await trio.sleep(pace)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import trio
+from mcp.shared.exceptions import MCPError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.support.stack import UPSTREAMS, descendants, open_stack, python_server
@@ -34,7 +35,7 @@ MIB = 1024 * 1024
 DIRECT = r"""
 import json, sys, time, anyio
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 
 def peak():
     for line in open("/proc/self/status"):
@@ -43,15 +44,14 @@ def peak():
 
 async def main(size, pause):
     params = StdioServerParameters(command=sys.executable, args=[sys.argv[1]])
-    async with stdio_client(params) as (read, write):
-        async with Client((read, write)) as client:
-            await client.list_tools()
-            base = peak()
-            open("/proc/self/clear_refs", "w").write("5")
-            started = time.perf_counter()
-            result = await client.call_tool("big", {"size": size, "pause": pause})
-            took = time.perf_counter() - started
-            length = len(result.content[0].text)
+    async with Client(params) as client:
+        await client.list_tools()
+        base = peak()
+        open("/proc/self/clear_refs", "w").write("5")
+        started = time.perf_counter()
+        result = await client.call_tool("big", {"size": size, "pause": pause})
+        took = time.perf_counter() - started
+        length = len(result.content[0].text)
     print(json.dumps({"seconds": took, "peak": peak(), "base": base, "text": length}))
 
 anyio.run(main, int(sys.argv[2]), float(sys.argv[3]))
@@ -123,10 +123,13 @@ async def main(args: argparse.Namespace) -> None:
                     )
                 if args.over:
                     limit = args.limit * MIB if args.limit else 64 * MIB
-                    result = await client.call_tool("bulk:big", {"size": limit + 1})
+                    try:
+                        result = await client.call_tool("bulk:big", {"size": limit + 1})
+                        refused, text = result.is_error, result.content[0].text if result.content else ""
+                    except MCPError as exc:
+                        refused, text = True, exc.error.message
                     same = stack.status()["bulk"]["pid"] == worker and upstream in descendants(worker)
-                    text = result.content[0].text if result.content else ""
-                    print(f"{(limit + 1) / MIB:6.1f} MiB + 1 byte: error={result.is_error} upstream kept: {same}: {text}")
+                    print(f"{limit / MIB:6.1f} MiB + 1 byte: refused: {refused}, upstream kept: {same}: {text}")
 
 
 if __name__ == "__main__":

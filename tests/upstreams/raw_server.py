@@ -9,6 +9,7 @@ Flags choose how it lives and dies, for supervision tests:
   --ignore-term             ignore SIGTERM and the end of stdin: only SIGKILL ends it
   --id-last                 write `id` after `result` in answers, as some SDKs do
   --pid-file FILE           append its pid to FILE when it starts
+  --tag TAG                 nothing but a mark in its command line, for a test to find it by
 
 Tools: `echo(text)`, `add(a, b)`, `pid()`, `sleep(seconds)`, `crash()` (exit 1 at once), and
 `big(size)`: a text result whose JSON is exactly `size` bytes, written in 1 MiB pieces so the
@@ -113,6 +114,7 @@ def main() -> None:
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--id-last", action="store_true")
     parser.add_argument("--pid-file")
+    parser.add_argument("--tag")
     args = parser.parse_args()
     if args.pid_file:
         with open(args.pid_file, "a") as pids:
