@@ -480,8 +480,13 @@ class Supervisor:
     async def _serve_watchdog(self) -> None:
         """Kill a process that stopped reporting: it is hung, and its program will restart it."""
         while True:
+            slept_from = time.monotonic()
             await trio.sleep(1.0)
             now = time.monotonic()
+            if now - slept_from > 1.5:
+                # The supervisor itself was held up: the reports that came meanwhile are not read
+                # yet. A process is judged by what it sent, not by how busy we were.
+                continue
             for name, program in list(self.programs.items()):
                 seen = self._report_at.get(name)
                 if program.state is not ProcessState.RUNNING or seen is None or program.pid == 0:
@@ -734,11 +739,21 @@ class Supervisor:
                 await frontend_gone.wait()
             await self.stop_programs([program])
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_frontend)
-            for program in programs:
-                if program is not frontend:
-                    nursery.start_soon(stop_worker, program)
+        # Past its bound, something this code did not foresee holds the stop: end it anyway.
+        with trio.move_on_after(budget + 2 * lifetime.KILL_WAIT) as bounded:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stop_frontend)
+                for program in programs:
+                    if program is not frontend:
+                        nursery.start_soon(stop_worker, program)
+        if bounded.cancelled_caught:
+            late = [
+                p.name
+                for p in programs
+                if p.state not in (ProcessState.STOPPED, ProcessState.EXITED, ProcessState.FATAL)
+            ]
+            log.error("the stop overran its bound (still %s): SIGKILL to every process", ", ".join(late) or "none")
+            self.kill_everything()
         log.info("every process stopped in %.1fs", trio.current_time() - started)
 
     def kill_everything(self) -> None:
