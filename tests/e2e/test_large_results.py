@@ -3,9 +3,11 @@ fails with both sizes named, and in neither case is the upstream taken for hung 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
@@ -14,8 +16,9 @@ from tests.support.stack import Stack, descendants, open_stack, python_server
 MIB = 1024 * 1024
 
 
-def bulk(*flags: str, **policy: Any) -> dict[str, Any]:
-    return python_server("raw_server.py", *flags, policy={"call_timeout": 120, **policy})
+def bulk(*flags: str, sandbox: dict[str, Any] | None = None, **policy: Any) -> dict[str, Any]:
+    extra = {"sandbox": sandbox} if sandbox is not None else {}
+    return python_server("raw_server.py", *flags, policy={"call_timeout": 120, **policy}, **extra)
 
 
 def processes(stack: Stack, name: str) -> tuple[int, set[int]]:
@@ -83,3 +86,16 @@ async def test_an_upstream_slow_to_write_a_large_answer_is_not_taken_for_hung(tm
             assert len(result.content[0].text) > 8 * MIB - 100
         assert processes(stack, "bulk") == before
         assert stack.status()["bulk"]["upstream"] == "ready"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="system package missing: bubblewrap")
+async def test_a_25_mib_result_of_a_sandboxed_upstream_arrives_whole(tmp_path: Path) -> None:
+    """The same road through bubblewrap: the sandbox's pipe, its memory limit (the upstream's alone)."""
+    servers = {"bulk": bulk(sandbox={"enabled": True, "network": False})}
+    async with open_stack(tmp_path, servers) as stack:
+        before = processes(stack, "bulk")
+        async with stack.client() as client:
+            result = await big_call(client, "bulk:big", 25 * MIB)
+            assert not result.is_error
+            assert len(result.content[0].text) == 25 * MIB - len('{"content":[{"type":"text","text":""}]}')
+        assert processes(stack, "bulk") == before
