@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_RESULT = 64 * 1024 * 1024  # [mcpvisor] max_result_bytes
 _ENVELOPE_ROOM = 64 * 1024  # what a line holds beside its result: jsonrpc, id, ...
 TOO_LARGE = -32000  # the JSON-RPC code of an answer over max_result_bytes
+_COPY_BELOW = 1024 * 1024  # a smaller result is copied out of its line: a view would keep the line
 # Reads start small (a pipe holds 64 KiB); on the first one that comes back full the pipe is
 # widened and reads grow: a large answer is read in large pieces, a short one pays for no large
 # buffer.
@@ -88,7 +89,10 @@ class RawError(Exception):
 
 
 # Takes a pass-through request's outcome, from the task that reads the upstream's stdout.
-OutcomeHandler = Callable[[bytes | RawError], None]
+# A result is bytes, or for a large one a view of the line it came in (bytes-like, never decoded
+# here: it is forwarded as it is).
+Result = bytes | memoryview
+OutcomeHandler = Callable[[Result | RawError], None]
 
 
 class StdioChannel:
@@ -156,15 +160,15 @@ class StdioChannel:
         finally:
             lock.release()
 
-    async def request(self, method: str, params: bytes | None) -> bytes:
+    async def request(self, method: str, params: bytes | None) -> Result:
         """Send one request as raw JSON and wait for the raw JSON result."""
         if self.closed:
             raise trio.BrokenResourceError("the upstream's stdout is closed")
         request_id = f"{_RAW_ID_PREFIX}{next(self._ids)}"
         done = trio.Event()
-        slot: list[bytes | RawError] = []
+        slot: list[Result | RawError] = []
 
-        def deliver(outcome: bytes | RawError) -> None:
+        def deliver(outcome: Result | RawError) -> None:
             slot.append(outcome)
             done.set()
 
@@ -225,6 +229,11 @@ class StdioChannel:
                 deliver(RawError(int(envelope.error.get("code", -32603)), str(envelope.error.get("message", ""))))
             elif len(envelope.result) > self.max_result:
                 deliver(RawError(TOO_LARGE, self.too_large(len(envelope.result), "result")))
+            elif len(envelope.result) > _COPY_BELOW:
+                # A large result goes on as a view of the line it came in (which it keeps alive):
+                # one copy less of it in the worker. ZeroMQ sends a buffer that large without
+                # copying it either.
+                deliver(memoryview(envelope.result))
             else:
                 deliver(bytes(envelope.result) if len(envelope.result) else b"{}")
         return True

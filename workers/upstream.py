@@ -41,6 +41,7 @@ from mcpvisor.workers.stdio import (
     DEFAULT_MAX_RESULT,
     FORWARDED_NOTIFICATIONS,
     RawError,
+    Result,
     StdioChannel,
     UpstreamProcessError,
     open_stdio_upstream,
@@ -667,7 +668,7 @@ class Upstream:
 
     # -- requests --------------------------------------------------------------------------------
 
-    async def request(self, method: str, params: bytes | None, timeout: float, request_id: int = 0) -> bytes:
+    async def request(self, method: str, params: bytes | None, timeout: float, request_id: int = 0) -> Result:
         """Run one request upstream: JSON params in, the JSON result out, or WireError."""
         session = self.session
         if session is None or self.state is not UpstreamState.READY:
@@ -689,7 +690,7 @@ class Upstream:
 
     async def _request_ready(
         self, session: ClientSession, method: str, params: bytes | None, timeout: float, request_id: int
-    ) -> bytes:
+    ) -> Result:
         if method not in REQUEST_TYPES:
             raise WireError(ErrorCode.BAD_REQUEST, f"method {method!r} cannot be routed to an upstream")
         channel = self._channel
@@ -698,7 +699,7 @@ class Upstream:
         return await self._request_via_session(session, method, params, timeout, request_id)
 
     def start_raw(
-        self, method: str, params: bytes | None, on_outcome: Callable[[bytes | WireError], None]
+        self, method: str, params: bytes | None, on_outcome: Callable[[Result | WireError], None]
     ) -> Callable[[], None] | None:
         """Start a pass-through request on a ready stdio upstream with no task waiting for it.
 
@@ -712,8 +713,8 @@ class Upstream:
         if self.state is not UpstreamState.READY:
             return None
 
-        def deliver(outcome: bytes | RawError) -> None:
-            on_outcome(outcome if isinstance(outcome, bytes) else self._raw_failure(channel, outcome))
+        def deliver(outcome: Result | RawError) -> None:
+            on_outcome(self._raw_failure(channel, outcome) if isinstance(outcome, RawError) else outcome)
 
         request_id = channel.send_request(method, params, deliver)
         return None if request_id is None else functools.partial(channel.abandon, request_id)
@@ -731,7 +732,7 @@ class Upstream:
             return self._gone_during_call(channel)
         return WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code)
 
-    async def _request_raw(self, channel: StdioChannel, method: str, params: bytes | None) -> bytes:
+    async def _request_raw(self, channel: StdioChannel, method: str, params: bytes | None) -> Result:
         try:
             return await channel.request(method, params)
         except RawError as exc:

@@ -43,6 +43,7 @@ from mcpvisor.wire.worker_spec import WorkerSpec
 from mcpvisor.wire.zsocket import ZSocket
 from mcpvisor.workers.oauth import LoginError
 from mcpvisor.workers.oauth_login import CallbackParams, LoginDesk
+from mcpvisor.workers.stdio import Result
 from mcpvisor.workers.upstream import ClientHooks, StartupFailed, Upstream
 
 log = logging.getLogger(__name__)
@@ -319,7 +320,7 @@ class Worker:
         request_id = msg.id
         call = _Call(self._timeout_for(msg), msg.activity_id, direct=True)
 
-        def finish(outcome: bytes | WireError) -> None:
+        def finish(outcome: Result | WireError) -> None:
             if self._inflight.get(request_id) is not call:
                 return
             self._end(request_id)

@@ -18,8 +18,10 @@ def test_supervision_against_its_model() -> None:
     run = get_state_machine_test(
         SupervisionMachine,
         settings=settings(
-            max_examples=2,
-            stateful_step_count=10,
+            # The first program hypothesis tries is its simplest (one rule, repeated): two more are
+            # drawn at random. About two minutes on a two-core machine.
+            max_examples=3,
+            stateful_step_count=8,
             deadline=None,
             database=None,
             phases=[Phase.generate],  # shrinking a run of real processes is for the long run
