@@ -175,6 +175,7 @@ class SupervisionMachine(RuleBasedStateMachine):
         self.model = Model()
         self.stack: Stack | None = None
         self.port = free_port()
+        self.port_moves = 0
         self.steps = 0
         self.log: list[str] = []
         self._write_config()
@@ -202,6 +203,13 @@ class SupervisionMachine(RuleBasedStateMachine):
         }
         path.write_text(tomli_w.dumps({"mcpvisor": settings, "servers": servers}))
 
+    def _move_port(self) -> None:
+        path = self.tmp / "mcpvisor.toml"
+        document = tomllib.loads(path.read_text())
+        self.port = free_port()
+        document["mcpvisor"]["listen"] = f"127.0.0.1:{self.port}"
+        path.write_text(tomli_w.dumps(document))
+
     def _launch(self) -> Stack:
         """`mcpvisor serve` on the config as it is (launch_stack would write a new one)."""
         run_dir = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))  # ipc:// paths are short
@@ -226,7 +234,21 @@ class SupervisionMachine(RuleBasedStateMachine):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if stack.process.poll() is not None:
-                raise Finding(f"mcpvisor exited at start ({stack.process.returncode}): {stack.supervisor_output()}")
+                output = stack.supervisor_output()
+                holders = _listeners(self.port)
+                # Ours: one of this run's processes (its frontend's environment names our config).
+                ours = [holder for holder in holders if _mentions(int(holder.split()[0]), str(self.tmp))]
+                taken = stack.process.returncode == 1 and "address is in use" in output
+                if taken and not ours and self.port_moves < 3:
+                    # Another program took the port while mcpvisor was stopped (a busy machine reuses
+                    # ports, a client's connection may have had it a moment): mcpvisor said so and
+                    # exited 1, as it must. Go on elsewhere.
+                    self.note(f"port {self.port} taken meanwhile by {holders}: moving")
+                    self.port_moves += 1
+                    self._move_port()
+                    self._start()
+                    return
+                raise Finding(f"mcpvisor exited at start ({stack.process.returncode}): {output}")
             try:
                 if self._status().get("frontend", {}).get("state") == "RUNNING":
                     return
@@ -544,6 +566,42 @@ def _children(pid: int) -> set[int]:
     except OSError:
         pass
     return {child for child in found if alive(child)}
+
+
+def _listeners(port: int) -> list[str]:
+    """Who has a TCP socket on local `port` (from /proc/net/tcp): `pid command` of each."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                for line in list(lines)[1:]:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] != "0":
+                        inodes.add(f"socket:[{fields[9]}]")
+        except OSError:
+            continue
+    holders = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{entry}/fd")):
+                holders.append(f"{entry} {_command(int(entry))[:80]}")
+        except OSError:
+            continue
+    return holders
+
+
+def _mentions(pid: int, text: str) -> bool:
+    """Whether a process's command line or initial environment holds `text`."""
+    for name in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{name}", "rb") as source:
+                if text.encode() in source.read():
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _parent(pid: int) -> int:
