@@ -115,6 +115,24 @@ def test_an_unknown_key_is_refused_with_its_path_and_line(text: str, line: int, 
     assert f"line {line}: unknown key `{key}`" in message
 
 
+@pytest.mark.parametrize(
+    ("text", "guess"),
+    [
+        ('[servers.time]\ncommand = "x"\n[servers.time.policy]\nstartsec = 1\n', "startsecs"),
+        ('[mcpvisor]\nlisen = "127.0.0.1:1"\n', "listen"),
+        ('[servers.time]\ncomand = "x"\n', "command"),
+        ('[servers.time]\ncommand = "x"\n[servers.time.oauth]\nscope = []\n', "scopes"),
+        ("[mcpvisorr]\n", "mcpvisor"),
+    ],
+)
+def test_a_mistyped_key_gets_the_key_it_was_probably_meant_to_be(text: str, guess: str) -> None:
+    assert f"(did you mean `{guess}`?)" in refused(text)
+
+
+def test_a_key_like_no_other_gets_no_guess() -> None:
+    assert "did you mean" not in refused('[servers.time]\ncommand = "x"\nbogus = 1\n')
+
+
 def test_a_refusal_is_a_single_line() -> None:
     assert "\n" not in refused('[servers.time]\ncommand = "x"\ncomand = "y"\n')
 

@@ -280,3 +280,28 @@ async def test_pump_stops_quietly_when_the_stream_is_broken(log_path: Path) -> N
     finally:
         sink.close()
     assert stream.closed
+
+
+def test_a_record_for_the_event_log_alone_stays_off_the_console(tmp_path: Path) -> None:
+    """Every `ctl` call is recorded in the JSON event log, and not shown on the console."""
+    from mcpvisor.runtime import logs
+
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    try:
+        logs.setup("supervisor", "info", json_file=tmp_path / "supervisor.log")
+        console = root.handlers[0]
+        shown = io.StringIO()
+        console.setStream(shown)  # type: ignore[attr-defined]
+        log = logging.getLogger("mcpvisor.test")
+        log.info("command status : ok", extra={"fields": {"event": "command"}, "console": False})
+        log.info("worker:echo: STARTING -> RUNNING")
+    finally:
+        for handler in root.handlers:
+            if isinstance(handler, logs.RotatingHandler):
+                handler.sink.close()
+        root.handlers[:], root.level = saved_handlers, saved_level
+    assert "STARTING -> RUNNING" in shown.getvalue()
+    assert "command status" not in shown.getvalue()
+    events = (tmp_path / "supervisor.log").read_text()
+    assert "command status" in events and "STARTING -> RUNNING" in events
