@@ -29,11 +29,10 @@ from mcpvisor.frontend.tool_args import (
     json_result,
     json_type,
 )
-from mcpvisor.store.proposals import DIRECT_FIELDS, describe_references, redact_url, secret_references
+from mcpvisor.store.proposals import DIRECT_FIELDS, describe_references, secret_references
 from mcpvisor.wire.config import SERVER_NAME, ServerConfig
 from mcpvisor.wire.merge import deep_merge
-from mcpvisor.wire.redaction import redact_secrets
-from mcpvisor.wire.secrets import redact_table
+from mcpvisor.wire.redaction import redact_secrets, redact_table, redact_url
 
 UPSTREAM_TOOL_NAME: Final = "upstream_servers"
 OPERATIONS: Final = (
@@ -221,10 +220,10 @@ class UpstreamServers:
                     entry["args"] = [redact_secrets(arg) for arg in config.args]
                     if config.cwd is not None:
                         entry["cwd"] = config.cwd
-                    entry["env"] = _redacted(config.env)
+                    entry["env"] = redact_table(config.env)
                 else:
                     entry["url"] = redact_url(config.url or "")
-                    entry["headers"] = _redacted(config.headers)
+                    entry["headers"] = redact_table(config.headers)
             servers.append(entry)
         return servers
 
@@ -372,11 +371,6 @@ def _table_fields(arguments: Mapping[str, Any]) -> dict[str, Any]:
             raise ToolInputError(f"Parameter '{field}' must be {expected} or null, got {json_type(value)}")
         table[field] = value
     return table
-
-
-def _redacted(table: Mapping[str, str]) -> dict[str, str]:
-    """Env or header values for a listing: secret-named ones masked, secret-looking parts of the rest too."""
-    return {key: redact_secrets(value) for key, value in redact_table(table).items()}
 
 
 def _refuse_references(name: str, table: Mapping[str, Any]) -> None:

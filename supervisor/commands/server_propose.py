@@ -22,14 +22,13 @@ from mcpvisor.store.proposals import (
     ProposalAction,
     describe_references,
     new_proposal,
-    redact_url,
     secret_references,
 )
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
 from mcpvisor.wire.config import SERVER_NAME, ServerConfig
 from mcpvisor.wire.merge import deep_merge
-from mcpvisor.wire.secrets import redact_table
+from mcpvisor.wire.redaction import redact_table, redact_url
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
