@@ -28,12 +28,6 @@ ProposalAction = Literal["add", "patch", "remove", "enable", "disable"]
 PROPOSAL_ACTIONS: Final = ("add", "patch", "remove", "enable", "disable")
 FILE_NAME: Final = "proposals.json"
 
-# Patch fields that change what runs or where it connects, or whether it runs: a client's patch
-# touching any of them is a proposal. A patch of `policy` alone applies at once.
-RUN_FIELDS: Final = frozenset({"command", "args", "cwd", "env", "url", "headers", "transport", "enabled"})
-# What a client may patch directly.
-DIRECT_FIELDS: Final = frozenset({"policy"})
-
 
 class Proposal(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """One pending change to server `name`."""
