@@ -324,6 +324,17 @@ class ServerConfig(_Strict):
             return "sse"
         return "streamable-http"
 
+    def call_timeout(self, default: float, asked: float = 0.0) -> float:
+        """Seconds a call to this server may take: its policy's `call_timeout`, else `default`.
+
+        `default` is `[mcpvisor] call_timeout`; `asked` (when > 0) is the caller's own deadline,
+        which shortens the call, never lengthens it. The frontend decides with this what it asks of
+        the worker, and the worker decides again with it, so both hold the same deadline, and a
+        worker launched from an older config (during a reload) still holds the shorter.
+        """
+        own = self.policy.call_timeout if self.policy.call_timeout is not None else default
+        return min(asked, own) if asked > 0 else own
+
     def problem(self, quote: str = "`") -> str | None:
         """What keeps this server from running, or None: the rules of a server table, wherever one comes from.
 
