@@ -13,8 +13,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import msgspec
-
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.door.control import ControlClient, ControlError
 from mcpvisor.frontend.door.gatekeeper import other_tool_names
@@ -25,7 +23,6 @@ from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.messages import OperatorReply, OperatorRequest
 from mcpvisor.wire.operator import (
     Decision,
-    Finding,
     Inspection,
     Noted,
     OperatorResult,
@@ -156,7 +153,7 @@ class Operator:
                     risk=tool.risk,
                     score=tool.score,
                     summary=tool.summary,
-                    findings=msgspec.convert(msgspec.to_builtins(tool.findings), list[Finding]),
+                    findings=tool.findings,
                 )
             )
         return Inspection(
