@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from mcpvisor.wire.secrets import SECRET_REF
+
 # \Z, not $: "$" also matches before a final newline, and a name ends up in paths and log lines.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 
@@ -179,11 +181,8 @@ class UpstreamOAuth(_Strict):
     ] = False
 
     def __post_init__(self) -> None:
-        if self.client_secret is not None and not SECRET_REFERENCE.fullmatch(self.client_secret):
+        if self.client_secret is not None and not SECRET_REF.fullmatch(self.client_secret):
             raise ValueError("oauth.client_secret must be a reference (${env:NAME} or ${file:PATH}), not the secret")
-
-
-SECRET_REFERENCE = re.compile(r"\$\{(env|file):[^}]+\}")
 
 
 def _bind_path(path: str) -> bool:
@@ -815,7 +814,7 @@ class SearchConfig(_Strict):
     ] = 30.0
 
     def __post_init__(self) -> None:
-        if self.embedding_key is not None and not SECRET_REFERENCE.fullmatch(self.embedding_key):
+        if self.embedding_key is not None and not SECRET_REF.fullmatch(self.embedding_key):
             raise ValueError("search.embedding_key must be a reference (${env:NAME} or ${file:PATH}), not the key")
         if self.embedding_url is not None and not self.embedding_url.startswith(("http://", "https://")):
             raise ValueError("search.embedding_url must start with http:// or https://")

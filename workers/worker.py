@@ -17,6 +17,7 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.store.oauth_store import ACCOUNT_EVENT, CALLBACK_METHOD, LOGIN_METHOD, LOGIN_METHODS, LOGOUT_METHOD
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
@@ -37,7 +38,6 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
-from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.worker_spec import WorkerSpec
 from mcpvisor.wire.zsocket import ZSocket
