@@ -360,8 +360,11 @@ def _url_problem(url: str) -> str | None:
     """What makes `url` unusable as an upstream's address, or None."""
     if not url.startswith(("http://", "https://")):
         return "must start with http:// or https://"
-    if any(char.isspace() or not char.isprintable() for char in url):
-        return "must not contain spaces or control characters (percent-encode them)"
+    if any(char.isspace() or not char.isprintable() or char in "\"'<>\\" for char in url):
+        # Nor what ends a URL inside a text: a listing or a log line could not redact its tail.
+        return (
+            "must not contain spaces, quotes, angle brackets, backslashes or control characters (percent-encode them)"
+        )
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - reading the port is the check

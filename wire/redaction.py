@@ -21,6 +21,7 @@ unencoded `/` or `?` in it). A text that is not a URL is not shown at all (`***`
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Mapping
 
@@ -108,6 +109,12 @@ def _url_spans(text: str) -> list[tuple[int, int, str]]:
     return spans
 
 
+def _within(span: tuple[int, int, str], references: list[tuple[int, int]], starts: list[int]) -> bool:
+    """Whether `span` lies inside one of `references` (ordered, apart, `starts` their starts)."""
+    index = bisect.bisect_right(starts, span[0]) - 1
+    return index >= 0 and span[1] <= references[index][1]
+
+
 def secret_spans(text: str, *, findings_only: bool = False) -> list[tuple[int, int, str]]:
     """Spans of `text` that look like secrets, with the placeholder that replaces each.
 
@@ -146,7 +153,8 @@ def secret_spans(text: str, *, findings_only: bool = False) -> list[tuple[int, i
                 spans.append((match.start(), match.end(), f"<redacted {len(match.group())} chars>"))
     references = [match.span() for match in SECRET_REF.finditer(text)]
     if references:
-        spans = [span for span in spans if not any(ref[0] <= span[0] and span[1] <= ref[1] for ref in references)]
+        starts = [start for start, _ in references]
+        spans = [span for span in spans if not _within(span, references, starts)]
     ordered = sorted(enumerate(spans), key=lambda item: (item[1][0], item[0]))
     merged: list[tuple[int, int, str]] = []
     for _, (start, end, label) in ordered:

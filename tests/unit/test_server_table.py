@@ -27,7 +27,8 @@ BAD_TABLES: dict[str, tuple[dict[str, Any], str]] = {
     "command over http": ({"command": "x", "transport": "sse"}, "has a command, so its transport is stdio"),
     "url over stdio": ({"url": "https://example.com/mcp", "transport": "stdio"}, "has a url, so its transport"),
     "not http": ({"url": "ftp://example.com/mcp"}, "`url` must start with http:// or https://"),
-    "a space": ({"url": "https://example.com/m cp"}, "`url` must not contain spaces or control characters"),
+    "a space": ({"url": "https://example.com/m cp"}, "`url` must not contain spaces, quotes"),
+    "a quote": ({"url": 'https://u:p"w@example.com/mcp'}, "`url` must not contain spaces, quotes"),
     "a bad port": ({"url": "https://example.com:99999/mcp"}, "`url` is not a valid URL: its host or port"),
     "no host": ({"url": "https://:8080/mcp"}, "`url` has no host"),
 }
