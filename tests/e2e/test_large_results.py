@@ -42,10 +42,11 @@ async def error_of(client: Any, tool: str, size: int) -> str:
     return result.content[0].text
 
 
-async def test_a_25_mib_result_reaches_the_client_whole_and_the_upstream_lives_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28, and the handshake era's SSE answer
+async def test_a_25_mib_result_reaches_the_client_whole_and_the_upstream_lives_on(tmp_path: Path, mode: str) -> None:
     async with open_stack(tmp_path, {"bulk": bulk()}) as stack:
         before = processes(stack, "bulk")
-        async with stack.client() as client:
+        async with stack.client(mode=mode) as client:
             result = await big_call(client, "bulk:big", 25 * MIB)
             assert not result.is_error
             text = result.content[0].text
