@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,33 +90,55 @@ def save(path: Path, config: Config) -> None:
     write_atomic(path, _checked_dump(path, config))
 
 
-def save_server(path: Path, config: Config, name: str, server: ServerConfig | None) -> None:
-    """Write one server's new table (None: its removal) into the file, keeping the rest of it."""
-    save_servers(path, config, [name])
+def save_server(
+    path: Path, config: Config, name: str, server: ServerConfig | None, *, was: ServerConfig | None = None
+) -> None:
+    """Write one server's new table (None: its removal) into the file, keeping the rest of it.
+
+    `was`: the table as it ran before the change. Given, only what the change changed is written,
+    so an edit of the same server not yet applied (`update`) survives a `ctl disable` of it.
+    """
+    save_servers(path, config, [name], was=None if was is None else {name: was})
 
 
-def save_servers(path: Path, config: Config, names: list[str]) -> None:
+def save_servers(
+    path: Path, config: Config, names: list[str], *, was: Mapping[str, ServerConfig] | None = None
+) -> None:
     """Write the tables of `names` as `config` has them (absent: removed) into the file, keeping the rest.
 
     The file is edited in place, so its comments, order and layout survive `ctl disable` and
-    the like, and so do edits not yet applied with `update`. A file that cannot be edited that
-    way (missing, unreadable, or broken since it was loaded) is replaced by `config` written whole.
+    the like, and so do edits not yet applied with `update`: of other servers always, and of the
+    changed one too for the fields the change leaves alone when `was` says how it ran before. A
+    file that cannot be edited that way (missing, unreadable, or broken since it was loaded) is
+    replaced by `config` written whole.
     """
     whole = _checked_dump(path, config)  # a change we would not accept is refused before any write
+    was = was or {}
     try:
         edited = path.read_text(encoding="utf-8")
+        in_file = loads(edited, source=str(path)).servers
+        intended = {name: _intended(in_file.get(name), was.get(name), config.servers.get(name)) for name in names}
         for name in names:
-            edited = edit_server(edited, name, config.servers.get(name), source=str(path))
+            edited = edit_server(edited, name, config.servers.get(name), source=str(path), was=was.get(name))
         edited = _sync_tenant_servers(edited, config)
         reread = loads(edited, source=str(path))
         written = reread.servers
-        if reread.tenants != config.tenants or any(written.get(name) != config.servers.get(name) for name in names):
+        if reread.tenants != config.tenants or any(written.get(name) != intended[name] for name in names):
             raise ConfigError(f"{path}: editing {', '.join(names)} in place did not give the intended tables")
     except (OSError, ConfigError, tomlkit.exceptions.TOMLKitError) as exc:
         if path.exists():
             log.warning("rewriting %s whole (the previous file is kept as .bak): %s", path, exc)
         edited = whole
     write_atomic(path, edited)
+
+
+def _intended(in_file: ServerConfig | None, was: ServerConfig | None, new: ServerConfig | None) -> ServerConfig | None:
+    """What the file must say of a server after a change from `was` to `new` (no `was`: `new` whole)."""
+    if new is None or in_file is None or was is None:
+        return new
+    table = msgspec.to_builtins(in_file)
+    _edit(table, msgspec.to_builtins(was), msgspec.to_builtins(new))
+    return msgspec.convert(table, ServerConfig)
 
 
 def _sync_tenant_servers(text: str, config: Config) -> str:
@@ -130,9 +153,13 @@ def _sync_tenant_servers(text: str, config: Config) -> str:
     return doc.as_string()
 
 
-def edit_server(text: str, name: str, server: ServerConfig | None, *, source: str) -> str:
-    """`text` with server `name` changed to `server` (None: removed), touching only what changed."""
-    before = loads(text, source=source).servers.get(name)
+def edit_server(
+    text: str, name: str, server: ServerConfig | None, *, source: str, was: ServerConfig | None = None
+) -> str:
+    """`text` with server `name` changed to `server` (None: removed), touching only what changed:
+    from `was` when given (how it ran), else from what the file says."""
+    in_file = loads(text, source=source).servers.get(name)
+    before = was if was is not None and in_file is not None else in_file
     doc = tomlkit.parse(text)
     servers = doc.get("servers")
     if server is None:

@@ -873,7 +873,7 @@ class Supervisor:
                 except StateStoreError as exc:
                     raise CommandError(f"{name}: not changed: {exc}") from None
             else:
-                configstore.save_server(self.config_path, new, name, server)
+                configstore.save_server(self.config_path, new, name, server, was=self.config.servers.get(name))
             await self.apply(new, diff_configs(self.config, new))
 
     # -- running ---------------------------------------------------------------------------------

@@ -556,6 +556,25 @@ def test_edits_in_the_file_not_yet_applied_survive_a_change(tmp_path: Path) -> N
     assert load(path).servers["time"].enabled is False
 
 
+def test_an_edit_of_the_same_server_not_yet_applied_survives_its_disable(tmp_path: Path) -> None:
+    """Found by the supervision model: edit a server's args, `ctl disable` it, and the edit was gone."""
+    path = tmp_path / "mcpvisor.toml"
+    path.write_text(COMMENTED)
+    running = load(path)
+    time = running.servers["time"]
+    edited = COMMENTED.replace('"--local-timezone"', '"--local-timezone-edited"')
+    assert edited != COMMENTED
+    path.write_text(edited)  # no `update` yet
+
+    new = configstore.with_server(running, "time", msgspec.structs.replace(time, enabled=False))
+    configstore.save_server(path, new, "time", new.servers["time"], was=time)
+
+    in_file = load(path).servers["time"]
+    assert in_file.enabled is False
+    assert "--local-timezone-edited" in in_file.args  # still pending: `reread` shows it, `update` applies it
+    assert path.read_text().replace("enabled = false\n", "", 1) == edited  # and nothing else moved
+
+
 def test_a_file_broken_since_it_was_loaded_is_rewritten_whole(tmp_path: Path) -> None:
     path = tmp_path / "mcpvisor.toml"
     path.write_text(COMMENTED)
