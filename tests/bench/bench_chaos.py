@@ -15,7 +15,8 @@ both servers to be RUNNING, ready, and answering a call.
 one that collects a dead child's status from a status read rather than from its lifecycle loop,
 the unlucky moment that used to leave a phantom behind.
 
-Printed per run: calls ok and failed, the slowest call, phantoms seen, and the recovery time.
+Printed per run: calls ok and failed, the slowest call, phantoms seen, `status` questions the
+supervisor left unanswered for 30 s, and the recovery time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from mcpvisor.supervisor.ctl import NoDaemon
 from tests.support.stack import alive, descendants, echo_server, open_stack
 
 SERVERS = ("calc", "other")
@@ -54,7 +56,17 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
             kills: list[str] = []
             phantom_since: dict[str, float] = {}
             phantoms: list[str] = []
+            silences = 0  # status questions the supervisor left unanswered for 30 s
             finished = trio.Event()
+
+            def status() -> dict[str, dict[str, object]]:
+                nonlocal silences
+                try:
+                    return stack.status()
+                except NoDaemon:
+                    silences += 1
+                    print("  the supervisor did not answer `status` within 30 s", file=sys.stderr)
+                    return {}
 
             async def caller(index: int) -> None:
                 nonlocal done, ok, slowest
@@ -87,9 +99,9 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
             async def killer() -> None:
                 while not finished.is_set():
                     await trio.sleep(rng.uniform(0.5, 2.0))
-                    rows = await trio.to_thread.run_sync(stack.status)
+                    rows = await trio.to_thread.run_sync(status)
                     server = rng.choice(SERVERS)
-                    worker = rows[server]["pid"]
+                    worker = rows.get(server, {}).get("pid")
                     if not worker:
                         continue
                     target = worker
@@ -106,9 +118,11 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
 
             async def watcher() -> None:
                 while not finished.is_set():
-                    rows = await trio.to_thread.run_sync(stack.status)
+                    rows = await trio.to_thread.run_sync(status)
                     now = time.monotonic()
                     for name in SERVERS:
+                        if name not in rows:
+                            continue
                         row = rows[name]
                         # RUNNING or STARTING with no live process behind it: a spawn takes moments,
                         # so only one that lasts is a phantom.
@@ -128,7 +142,7 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
             async def poller() -> None:
                 def ask_until_finished() -> None:
                     while not finished.is_set():
-                        stack.status()
+                        status()
 
                 await trio.to_thread.run_sync(ask_until_finished)
 
@@ -148,8 +162,10 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
             while time.monotonic() < deadline:
                 try:
                     await stack.wait_ready(list(SERVERS), timeout=2)
-                    rows = await trio.to_thread.run_sync(stack.status)
-                    if all(rows[n]["state"] == "RUNNING" and rows[n]["pid"] and alive(rows[n]["pid"]) for n in SERVERS):
+                    rows = await trio.to_thread.run_sync(status)
+                    if rows and all(
+                        rows[n]["state"] == "RUNNING" and rows[n]["pid"] and alive(rows[n]["pid"]) for n in SERVERS
+                    ):
                         async with stack.client(mode="legacy") as client:
                             with trio.fail_after(10):
                                 for name in SERVERS:
@@ -161,7 +177,7 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
                     pass
                 await trio.sleep(0.5)
             if recovery is None:
-                print(f"  not recovered within 60 s: {await trio.to_thread.run_sync(stack.status)}", file=sys.stderr)
+                print(f"  not recovered within 60 s: {await trio.to_thread.run_sync(status)}", file=sys.stderr)
     return {
         "seed": seed,
         "calls": done,
@@ -171,6 +187,7 @@ async def one_run(seed: int, calls: int, clients: int, pace: float, pollers: int
         "slowest": slowest,
         "kills": len(kills),
         "phantoms": phantoms,
+        "silences": silences,
         "recovery": recovery,
         "wall": wall,
     }
@@ -187,12 +204,15 @@ async def main(args: argparse.Namespace) -> None:
         print(
             f"seed {seed}: {result['calls']} calls in {result['wall']:.0f} s, {result['ok']} ok, "
             f"{result['failed']} failed, slowest {result['slowest']:.1f} s, {result['kills']} kills, "
-            f"phantoms {result['phantoms'] or 'none'}, {recovery}"
+            f"phantoms {result['phantoms'] or 'none'}, unanswered status {result['silences']}, {recovery}"
         )
         for message, count in sorted(result["errors"].items(), key=lambda item: -item[1])[:4]:
             print(f"    {count:5d} x {message}")
-    bad = [r["seed"] for r in results if r["phantoms"] or r["recovery"] is None]
-    print(f"{len(results)} runs, {len(bad)} with a phantom or no recovery{': seeds ' + str(bad) if bad else ''}")
+    bad = [r["seed"] for r in results if r["phantoms"] or r["recovery"] is None or r["silences"]]
+    print(
+        f"{len(results)} runs, {len(bad)} with a phantom, a silent supervisor or no recovery"
+        f"{': seeds ' + str(bad) if bad else ''}"
+    )
 
 
 if __name__ == "__main__":
