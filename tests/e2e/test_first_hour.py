@@ -317,3 +317,28 @@ async def test_ctl_login_right_after_start_hands_out_a_url_only_once_the_fronten
             assert stack.status()["frontend"]["state"] == "RUNNING"
         finally:
             await stop_stack(stack)
+
+
+async def test_a_stop_with_a_login_in_flight_and_a_proposal_pending_completes(tmp_path: Path) -> None:
+    """A login waits for a browser that never comes; a client's proposal waits for an operator."""
+    from tests.e2e.test_oauth_upstream import oauth_upstream
+
+    async with oauth_upstream(tmp_path) as upstream:
+        stack = launch_stack(tmp_path, {"remote": {"url": upstream.url}, "echo": echo_server()})
+        try:
+            await wait_stack(stack, ["echo"])
+            code, result = await stack.actl("login", "remote", "--no-wait")
+            assert code == 0 and result["url"], result
+            async with stack.client() as client:
+                proposed = await client.call_tool(
+                    "upstream_servers", {"operation": "add", "name": "later", "command": "no-such-command-anywhere"}
+                )
+                assert "pending" in proposed.content[0].text.lower(), proposed.content[0].text
+            tree = stack.pids()
+            stack.process.send_signal(signal.SIGTERM)
+            assert await exits_within(stack, 30) == 0
+            with trio.fail_after(5):
+                while any(alive(pid) for pid in tree):
+                    await trio.sleep(0.05)
+        finally:
+            await stop_stack(stack)
