@@ -50,18 +50,6 @@ def read_holder(directory: Path) -> Holder:
         return Holder()
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def own_runtime_dir(data_dir: Path) -> Path:
     """The runtime dir of a data dir whose instance found the shared one taken."""
     plain = runtime_dir(data_dir)
@@ -70,14 +58,14 @@ def own_runtime_dir(data_dir: Path) -> Path:
 
 
 def find_runtime_dir(data_dir: Path) -> Path:
-    """Where the instance of `data_dir` keeps its sockets (for `ctl`): the shared runtime dir
-    unless another data dir's live instance holds it, and this one has a dir of its own."""
-    plain = runtime_dir(data_dir)
-    holder = read_holder(plain)
-    if holder.data_dir and holder.data_dir != str(data_dir.resolve()) and _alive(holder.pid):
-        return own_runtime_dir(data_dir)
-    if not (plain / "control.sock").exists() and (own_runtime_dir(data_dir) / "control.sock").exists():
-        return own_runtime_dir(data_dir)
+    """Where the instance of `data_dir` keeps its sockets (for `ctl`): the runtime dir whose lock
+    file names this data dir, the shared one when neither does."""
+    plain, own = runtime_dir(data_dir), own_runtime_dir(data_dir)
+    mine = str(data_dir.resolve())
+    if read_holder(plain).data_dir == mine:
+        return plain
+    if read_holder(own).data_dir == mine:
+        return own
     return plain
 
 

@@ -92,3 +92,14 @@ def test_files_of_the_lock_are_private(tmp_path: Path, runtime: Path) -> None:
         assert runtime.stat().st_mode & 0o077 == 0
     finally:
         lock.release()
+
+
+def test_ctl_still_finds_an_instance_in_its_own_dir_after_the_other_one_is_gone(tmp_path: Path, runtime: Path) -> None:
+    first, second = tmp_path / "one", tmp_path / "two"
+    holder = hold(first, runtime.parent)
+    lock = InstanceLock(second).acquire()
+    try:
+        end(holder)  # its lock file and socket may stay behind in the shared dir
+        assert find_runtime_dir(second) == own_runtime_dir(second)
+    finally:
+        lock.release()
