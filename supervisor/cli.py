@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from mcpvisor.runtime import bwrap, logs, trust
+from mcpvisor.runtime import bwrap, logs, telemetry, trust
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.wire import tenant_secrets
 from mcpvisor.wire.config import ConfigError
@@ -49,6 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (warning := trust.exposure_warning(config.mcpvisor, authenticated=config.authenticated)) is not None:
         logging.getLogger("mcpvisor.supervisor").warning("%s", warning)
     configstore.remove_stale_temp(path)
+    # Before anything starts: the frontend and the workers inherit the variables the table sets.
+    telemetry.apply_table(config.telemetry)
     shared = None
     if config.mcpvisor.state_url:
         from mcpvisor.store.state_url import StateStoreError

@@ -23,6 +23,7 @@ from mcpvisor.wire.config import (
     SearchConfig,
     ServerConfig,
     Settings,
+    TelemetryConfig,
     TenantConfig,
     parse_listen,
 )
@@ -59,6 +60,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
         SearchConfig,
         msgspec.Meta(description="Tool search: the size of retrieve_tools' answers, an optional embedding service."),
     ] = msgspec.field(default_factory=SearchConfig)
+    telemetry: Annotated[
+        TelemetryConfig,
+        msgspec.Meta(description="OpenTelemetry traces and metrics, as the standard OTEL_* variables set them."),
+    ] = msgspec.field(default_factory=TelemetryConfig)
 
     @property
     def authenticated(self) -> bool:

@@ -9,6 +9,9 @@ these patterns recognize what merely looks like one.
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import msgspec
 
 _SECRET_PATTERNS: list[tuple[re.Pattern[str], bool]] = [
     # (pattern, keep the prefix up to the first separator)
@@ -102,3 +105,19 @@ def redact_secrets(text: str) -> str:
         position = end
     parts.append(text[position:])
     return "".join(parts)
+
+
+JSON_TEXT_LIMIT = 16_384  # characters of arguments or a result kept, where an operator asks for them
+
+
+def redacted_json(value: Any, limit: int = JSON_TEXT_LIMIT) -> str | None:
+    """Arguments or a result (JSON bytes, or what encodes to JSON) as text with secrets redacted, cut at `limit`.
+
+    None when `value` is not JSON. A wider window than is kept is redacted, so that no secret cut at
+    the limit survives as a fragment.
+    """
+    try:
+        data = value if isinstance(value, bytes) else msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return None
+    return redact_secrets(data[: 2 * limit].decode(errors="replace"))[:limit]
