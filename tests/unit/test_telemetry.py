@@ -256,11 +256,14 @@ def test_a_full_queue_drops_spans_without_waiting_and_counts_every_one(
     released = threading.Event()
     received: list[object] = []
 
+    taken = threading.Event()
+
     class Stuck(InMemorySpanExporter):
         """A collector that takes the first batch and then hangs until released."""
 
         def export(self, batch: Sequence[ReadableSpan]) -> SpanExportResult:
             received.extend(batch)
+            taken.set()
             released.wait(60)
             return SpanExportResult.SUCCESS
 
@@ -268,19 +271,21 @@ def test_a_full_queue_drops_spans_without_waiting_and_counts_every_one(
     processor = BatchSpanProcessor(Stuck(), max_queue_size=4, max_export_batch_size=4, schedule_delay_millis=10)
     telemetry_export._count_queue_drops(processor, deliveries)
 
-    def end_ten() -> None:
-        for index in range(10):
+    def end(count: int) -> None:
+        for index in range(count):
             span = tracer.start_span(f"s{index}")
             span.end()
             processor.on_end(span)  # type: ignore[arg-type]
 
-    # Ending spans never waits for the collector: this finishes while the collector is still stuck.
-    ender = threading.Thread(target=end_ten)
+    end(4)
+    assert taken.wait(20)  # the collector has the first four and hangs
+    # Ending more spans never waits for it: this finishes while it is still stuck, the queue full.
+    ender = threading.Thread(target=end, args=(6,))
     ender.start()
     ender.join(20)
     assert not ender.is_alive()
+    assert deliveries.dropped == 2
     released.set()
     processor.shutdown()
     # And no span went missing without being counted.
-    assert deliveries.dropped >= 2
     assert len(received) + deliveries.dropped == 10
