@@ -130,8 +130,9 @@ def _spans_dropped(rows: list[dict[str, Any]]) -> CounterMetricFamily:
     if telemetry.active is not None:
         dropped.add_metric(["frontend"], float(telemetry.active.spans_dropped))
     for row in rows:
-        if isinstance(count := row.get("spans_dropped"), int) and row.get("name") != "frontend":
-            dropped.add_metric([str(row.get("name", ""))], float(count))
+        name = str(row.get("name", ""))
+        if isinstance(count := row.get("spans_dropped"), int) and name and name != "frontend":
+            dropped.add_metric([name if ":" in name else f"worker:{name}"], float(count))
     return dropped
 
 
