@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import signal
 import threading
 import time
 import zlib
@@ -304,10 +305,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Receive OTLP traces on loopback and print each trace's tree.")
     parser.add_argument("--http", type=int, default=4318, help="HTTP/protobuf port (default 4318)")
     parser.add_argument("--grpc", type=int, default=4317, help="gRPC port (default 4317)")
+    parser.add_argument("--quiet", action="store_true", help="print no trees, only the count when stopped")
     args = parser.parse_args()
+    # SIGTERM stops it as Ctrl-C does, so whoever started it gets the count.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with otlp_receiver(http_port=args.http, grpc_port=args.grpc) as receiver:
         print(
-            f"listening: http://127.0.0.1:{receiver.http_port} (HTTP/protobuf), 127.0.0.1:{receiver.grpc_port} (gRPC)"
+            f"listening: http://127.0.0.1:{receiver.http_port} (HTTP/protobuf), 127.0.0.1:{receiver.grpc_port} (gRPC)",
+            flush=True,
         )
         printed: set[str] = set()
         last_seen: dict[str, tuple[int, float]] = {}
@@ -321,9 +326,11 @@ def main() -> None:
                 for trace_id, (_, seen) in last_seen.items():
                     if trace_id not in printed and now - seen > 1.0:
                         printed.add(trace_id)
-                        print(receiver.tree(trace_id), flush=True)
+                        if not args.quiet:
+                            print(receiver.tree(trace_id), flush=True)
         except KeyboardInterrupt:
-            pass
+            spans = receiver.spans()
+            print(f"received {len(spans)} spans in {len({span.trace_id for span in spans})} traces", flush=True)
 
 
 if __name__ == "__main__":
