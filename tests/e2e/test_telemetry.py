@@ -20,6 +20,7 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.frontend.gate.activity import META_KEY
+from tests.e2e.test_protocol_current import post
 from tests.support.otlp_receiver import Received, Receiver, otlp_receiver
 from tests.support.stack import UPSTREAMS, free_port, open_stack, python_server, wait_listening
 
@@ -60,42 +61,72 @@ def only(spans: list[Received], **expected: str) -> Received:
     return found[0]
 
 
-async def test_a_client_trace_runs_through_the_worker_into_a_stdio_upstream_that_traces_itself(tmp_path: Path) -> None:
+async def test_one_call_is_one_tree_from_the_client_through_mcpvisor_into_a_stdio_upstream_in_both_eras(
+    tmp_path: Path,
+) -> None:
     with otlp_receiver() as receiver:
         servers = {"traced": traced_upstream(receiver)}
         async with open_stack(tmp_path, servers, env=exporting_to(receiver)) as stack:
-            trace_id, client_span, meta = client_context()
-            async with stack.client("/mcp/direct") as client:
-                result = await client.call_tool("traced:echo", {"text": ARGUMENT}, meta=meta)
-                failed = await client.call_tool("traced:fail", {"message": FAILURE})
-            assert not result.is_error and failed.is_error
+            calls = {}
+            for mode in ("legacy", "auto"):
+                trace_id, client_span, meta = client_context()
+                async with stack.client("/mcp/direct", mode=mode) as client:
+                    result = await client.call_tool("traced:echo", {"text": ARGUMENT}, meta=meta)
+                    failed = await client.call_tool("traced:fail", {"message": FAILURE})
+                assert not result.is_error and failed.is_error
+                calls[mode] = (trace_id, client_span, result.meta[META_KEY])
 
-            spans = await receiver.wait_for(lambda r: len(r.trace(trace_id)) >= 3 and r.trace(trace_id))
-            print(receiver.tree(trace_id))
-            call = only(spans, role="worker", name="tools/call echo")
-            upstream = only(spans, service="upstream", name="tools/call echo")
-            work = only(spans, service="upstream", name="work")
-            # One tree: the client's span, the worker's call, the upstream's handling of it, its work.
-            assert call.parent_id == client_span and call.kind == "CLIENT"
-            assert (upstream.parent_id, upstream.kind) == (call.span_id, "SERVER")
-            assert work.parent_id == upstream.span_id
-            # Named and attributed by the MCP conventions, and mcpvisor's own names.
-            assert call.attributes["mcp.method.name"] == "tools/call"
-            assert call.attributes["gen_ai.tool.name"] == "echo"
-            assert call.attributes["gen_ai.operation.name"] == "execute_tool"
-            assert call.attributes["mcp.protocol.version"] == upstream.attributes["mcp.protocol.version"]
-            assert call.attributes["network.transport"] == "pipe"
-            assert (call.attributes["mcpvisor.server"], call.attributes["mcpvisor.worker_id"]) == ("traced", "traced")
-            assert call.attributes["mcpvisor.request.id"] == result.meta[META_KEY]  # the activity log's row
-            assert call.status == "UNSET"
-            assert call.resource["service.name"] == "mcpvisor"
-            assert call.resource["process.pid"] != os.getpid() and call.resource["mcpvisor.worker_id"] == "traced"
+            for mode, (trace_id, client_span, request_id) in calls.items():
+                spans = await receiver.wait_for(lambda r, t=trace_id: len(r.trace(t)) >= 4 and r.trace(t))
+                print(f"{mode}:\n{receiver.tree(trace_id)}")
+                served = only(spans, role="frontend", name="tools/call traced:echo")
+                call = only(spans, role="worker", name="tools/call echo")
+                upstream = only(spans, service="upstream", name="tools/call echo")
+                work = only(spans, service="upstream", name="work")
+                # One tree: the client's span, the frontend serving it, the worker's call to the
+                # upstream, the upstream's handling of it, its own work.
+                assert (served.parent_id, served.kind) == (client_span, "SERVER")
+                assert (call.parent_id, call.kind) == (served.span_id, "CLIENT")
+                assert (upstream.parent_id, upstream.kind) == (call.span_id, "SERVER")
+                assert work.parent_id == upstream.span_id
+                # Named and attributed by the MCP conventions, and with mcpvisor's own names.
+                assert served.attributes["mcp.method.name"] == call.attributes["mcp.method.name"] == "tools/call"
+                assert served.attributes["gen_ai.tool.name"] == "traced:echo"
+                assert call.attributes["gen_ai.tool.name"] == "echo"
+                assert served.attributes["gen_ai.operation.name"] == call.attributes["gen_ai.operation.name"]
+                assert (served.attributes["mcpvisor.server"], served.attributes["mcpvisor.via"]) == ("traced", "direct")
+                assert served.attributes["mcpvisor.worker_id"] == "traced"
+                assert call.attributes["mcp.protocol.version"] == upstream.attributes["mcp.protocol.version"]
+                assert call.attributes["network.transport"] == "pipe"
+                assert (call.attributes["mcpvisor.server"], call.attributes["mcpvisor.worker_id"]) == (
+                    "traced",
+                    "traced",
+                )
+                assert call.attributes["mcpvisor.request.id"] == request_id  # the activity log's row
+                assert served.status == call.status == "UNSET"
+                assert served.resource["mcpvisor.process.role"] == "frontend"
+                assert call.resource["service.name"] == served.resource["service.name"] == "mcpvisor"
+                assert call.resource["process.pid"] != served.resource["process.pid"]
+                assert call.resource["mcpvisor.worker_id"] == "traced"
+            legacy = only(receiver.trace(calls["legacy"][0]), role="frontend")
+            assert legacy.attributes["mcp.protocol.version"] in ("2025-06-18", "2025-11-25")
 
-            # A tool that fails is a tool_error, without its message (which may echo what it was sent).
-            failure = await receiver.wait_for_span(lambda s: s.role == "worker" and s.name == "tools/call fail")
-            assert (failure.status, failure.attributes["error.type"]) == ("ERROR", "tool_error")
-            # Without a client trace, the call starts one.
-            assert failure.parent_id == ""
+            # A tool that fails is a tool_error, without its message (which may echo what it was sent);
+            # and a call without a client trace starts one at the frontend.
+            def failures_with_their_calls(r: Receiver) -> list[Received]:
+                found = r.spans(lambda s: s.role == "frontend" and s.name == "tools/call traced:fail")
+                complete = [f for f in found if any(s.role == "worker" for s in r.trace(f.trace_id))]
+                return complete if len(complete) == 2 else []
+
+            failures = await receiver.wait_for(failures_with_their_calls)
+            for failure in failures:
+                assert (failure.status, failure.attributes["error.type"], failure.parent_id) == (
+                    "ERROR",
+                    "tool_error",
+                    "",
+                )
+                worker = only(receiver.trace(failure.trace_id), role="worker")
+                assert (worker.parent_id, worker.attributes["error.type"]) == (failure.span_id, "tool_error")
 
             # The worker's connection: connect, initialize (the upstream's below it) and discovery.
             connect = await receiver.wait_for_span(lambda s: s.role == "worker" and s.name == "connect traced")
@@ -113,19 +144,78 @@ async def test_a_client_trace_runs_through_the_worker_into_a_stdio_upstream_that
                 assert start.status == "UNSET" and start.parent_id == ""
                 assert start.attributes["mcpvisor.process.state"] == "RUNNING"
 
-            # The duration histogram of the MCP conventions, through the same SDK.
-            points = await receiver.wait_for(
-                lambda r: [
-                    p
-                    for p in r.points("mcp.client.operation.duration")
-                    if p.attributes.get("gen_ai.tool.name") == "echo"
-                ],
-                what="mcp.client.operation.duration",
-            )
-            assert points[0].unit == "s" and points[0].attributes["mcp.method.name"] == "tools/call"
+            # The MCP conventions' duration histograms, through the same SDK: the server's at the
+            # frontend, the client's at the worker.
+            for metric, role in (
+                ("mcp.server.operation.duration", "frontend"),
+                ("mcp.client.operation.duration", "worker"),
+            ):
+                points = await receiver.wait_for(
+                    lambda r, metric=metric: [
+                        p for p in r.points(metric) if p.attributes.get("mcp.method.name") == "tools/call"
+                    ],
+                    what=metric,
+                )
+                assert points[0].unit == "s" and points[0].resource["mcpvisor.process.role"] == role
+                assert {p.attributes.get("error.type") for p in points} >= {None, "tool_error"}
 
             everything = mcpvisors(receiver.spans())
             assert not [span.name for span in everything if ARGUMENT in span.text() or FAILURE in span.text()]
+
+
+async def test_code_execution_calls_a_refused_call_and_an_http_traceparent(tmp_path: Path) -> None:
+    with otlp_receiver() as receiver:
+        servers = {
+            "traced": traced_upstream(receiver),
+            "held": traced_upstream(receiver, "--name", "held") | {"quarantined": True},
+        }
+        settings = {"enable_code_execution": True}
+        async with open_stack(
+            tmp_path, servers, env=exporting_to(receiver), settings=settings, wait_for=["traced"]
+        ) as stack:
+            trace_id, client_span, meta = client_context()
+            code = (
+                "var a = call_tool('traced', 'echo', {text: input.text});\n"
+                "var b = call_tool('held', 'echo', {text: input.text});\n"
+                "[a.ok, b.ok, b.error.code]"
+            )
+            async with stack.client("/mcp") as client:
+                ran = await client.call_tool("code_execution", {"code": code, "input": {"text": ARGUMENT}}, meta=meta)
+            assert json.loads(ran.content[0].text)["value"] == [True, False, "QUARANTINED"]
+
+            spans = await receiver.wait_for(lambda r: len(r.trace(trace_id)) >= 6 and r.trace(trace_id))
+            print(receiver.tree(trace_id))
+            served = only(spans, role="frontend", name="tools/call code_execution")
+            assert (served.parent_id, served.kind) == (client_span, "SERVER")
+            # Each call the script made is a child of code_execution's span.
+            made = only(spans, role="frontend", name="tools/call traced:echo")
+            assert (made.parent_id, made.kind, made.attributes["mcpvisor.via"]) == (
+                served.span_id,
+                "INTERNAL",
+                "code_execution",
+            )
+            assert only(spans, role="worker", name="tools/call echo").parent_id == made.span_id
+            # The refused one says why, and never reached a worker.
+            refused = only(spans, role="frontend", name="tools/call held:echo")
+            assert refused.parent_id == served.span_id and refused.status == "ERROR"
+            assert refused.attributes["mcpvisor.gate.decision"] == "refused"
+            assert (
+                "gate",
+                {"mcpvisor.gate.decision": "refused", "mcpvisor.gate.reason": "quarantine"},
+            ) in refused.events
+            assert not [s for s in spans if s.role == "worker" and s.attributes.get("mcpvisor.server") == "held"]
+
+            # A client that sends its context as the HTTP header, not in _meta, is the parent all the same.
+            header_trace, header_span, header = client_context()
+            answer = await post(
+                stack.direct_url, "tools/call", {"name": "traced:echo", "arguments": {"text": "h"}}, headers=header
+            )
+            assert "error" not in answer.text
+            spans = await receiver.wait_for(lambda r: len(r.trace(header_trace)) >= 4 and r.trace(header_trace))
+            assert only(spans, role="frontend", name="tools/call traced:echo").parent_id == header_span
+
+            everything = mcpvisors(receiver.spans())
+            assert not [span.name for span in everything if ARGUMENT in span.text()]
 
 
 async def test_a_remote_upstream_gets_the_context_in_meta_and_headers_over_grpc_with_arguments_recorded(
@@ -209,6 +299,10 @@ async def test_a_worker_killed_mid_call_shows_as_an_exit_and_a_restart(tmp_path:
                         await trio.sleep(0.1)
                 os.kill(worker_pid, signal.SIGKILL)
 
+            # The call's span at the frontend says the worker went away, in mcpvisor's words.
+            served = await receiver.wait_for_span(lambda s: s.role == "frontend" and s.name == "tools/call traced:slow")
+            assert (served.status, served.attributes["error.type"]) == ("ERROR", "upstream_gone")
+            assert "stopped while the call was running" in served.status_message
             exited = await receiver.wait_for_span(lambda s: s.role == "supervisor" and s.name == "exit worker:traced")
             assert exited.status == "ERROR" and exited.attributes["error.type"] == "killed"
             assert exited.attributes["process.exit.code"] == -signal.SIGKILL
