@@ -161,6 +161,8 @@ async def test_one_call_is_one_tree_from_the_client_through_mcpvisor_into_a_stdi
 
             everything = mcpvisors(receiver.spans())
             assert not [span.name for span in everything if ARGUMENT in span.text() or FAILURE in span.text()]
+            # The MCP SDK's own spans (one per message, the worker's pings among them) stay off.
+            assert not [span.name for span in everything if span.scope != "mcpvisor"]
 
 
 async def test_code_execution_calls_a_refused_call_and_an_http_traceparent(tmp_path: Path) -> None:

@@ -203,7 +203,7 @@ class Receiver:
                 who = span.role or span.service
                 status = "" if span.status == "UNSET" else f"  {span.status}"
                 error = f" ({span.attributes['error.type']})" if "error.type" in span.attributes else ""
-                outside = "  [parent not received]" if depth == 0 and span.parent_id else ""
+                outside = "  [parent not received]" if depth == 1 and span.parent_id else ""
                 lines.append(
                     f"{'  ' * depth}{span.name}  {span.kind.lower()}, {who}, {span.duration_ms:.1f} ms"
                     f"{status}{error}{outside}"
