@@ -238,6 +238,9 @@ def build(role: str, attributes: Mapping[str, str], environ: Mapping[str, str]) 
     sdk_logs.addHandler(_SdkLogs(deliveries))
     sdk_logs.propagate = False
     sdk_logs.setLevel(logging.DEBUG if logging.getLogger().isEnabledFor(logging.DEBUG) else logging.INFO)
+    # The batch processor warns of a full queue once per span it drops: those are counted instead,
+    # and a log record made per span would cost more than the span.
+    logging.getLogger("opentelemetry.sdk._shared_internal").setLevel(logging.ERROR)
 
     span_exporters, metric_exporters, _ = _import_exporters(
         [_get_exporter_entry_point(name, "traces") for name in exporter_names("traces", environ)],
