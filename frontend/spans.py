@@ -137,9 +137,18 @@ def _tool_error(result: Any) -> bool:
     return getattr(result, "is_error", None) is True
 
 
+def _error_type(span: Span) -> str | None:
+    """The `error.type` the span already has: the door's more precise one is kept (refused, timeout)."""
+    value = (getattr(span, "attributes", None) or {}).get("error.type")
+    return str(value) if value is not None else None
+
+
 def _failed(span: Span, code: int, message: str | None) -> str:
     error_type = str(code)
-    span.set_attributes({"error.type": error_type, "rpc.response.status_code": error_type})
+    span.set_attribute("rpc.response.status_code", error_type)
+    if (told := _error_type(span)) is not None:
+        return told
+    span.set_attribute("error.type", error_type)
     span.set_status(StatusCode.ERROR, message)
     return error_type
 
@@ -180,8 +189,9 @@ class RequestSpans:
             raise
         else:
             if ctx.method == "tools/call" and _tool_error(result):
-                error_type = "tool_error"
-                mcp_spans.set_tool_error(serving.span)
+                error_type = _error_type(serving.span) or "tool_error"
+                if error_type == "tool_error":
+                    mcp_spans.set_tool_error(serving.span)
             return result
         finally:
             _serving.reset(token)
@@ -208,22 +218,18 @@ class Door:
     def failed(self, code: int, message: str, reason: str = "", *, own: bool = False) -> None:
         """The call failed: `reason` is mcpvisor's (timeout, upstream_gone, ...); the message is told
         only when mcpvisor wrote it (`own`), or when the operator asked for arguments to be recorded."""
-        _failed(self.span, code, message[:300] if own or self.tel.record_arguments else None)
         if reason:
             self.span.set_attribute("error.type", reason)
+            self.span.set_status(StatusCode.ERROR, message[:300] if own or self.tel.record_arguments else None)
+        _failed(self.span, code, message[:300] if own or self.tel.record_arguments else None)
 
     def answered(self, method: str, result: bytes | dict[str, Any]) -> None:
         if isinstance(result, bytes) and mcp_spans.tool_error(method, result):
             mcp_spans.set_tool_error(self.span)
 
-    def _error_type(self) -> str | None:
-        attributes = getattr(self.span, "attributes", None) or {}
-        value = attributes.get("error.type")
-        return str(value) if value is not None else None
-
     def close(self) -> None:
         if self._own is not None:
-            _close(self.tel, self._own, self._error_type())
+            _close(self.tel, self._own, _error_type(self.span))
         elif self._request is None or self.span is not self._request.span:
             self.span.end()
 

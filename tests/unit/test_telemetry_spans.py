@@ -204,3 +204,21 @@ async def test_a_process_that_cannot_start_ends_its_start_in_backoff_then_fatal(
     await run_program(tmp_path, spawner, drive, startsecs=1, startretries=1)
     found = [(span.name, (span.attributes or {}).get("error.type")) for span in exported.get_finished_spans()]
     assert found == [("start p", "backoff"), ("restart p", "fatal")]
+
+
+async def test_the_doors_reason_outlasts_the_error_answer_it_becomes(exported: InMemorySpanExporter) -> None:
+    gone = "server 'echo' stopped while the call was running (worker EXITED)"
+
+    async def killed(ctx: Any) -> Any:
+        with spans.door("", "tools/call", "echo", "echo:echo", ctx.params, None, via="direct", worker="echo") as door:
+            assert door is not None
+            door.failed(-32000, gone, "upstream_gone", own=True)
+        await trio.lowlevel.checkpoint()
+        raise MCPError(code=-32000, message=f"Tool 'echo:echo': {gone}")
+
+    with pytest.raises(MCPError):
+        await spans.RequestSpans()(request_ctx("tools/call", {"name": "echo:echo"}), killed)
+    (span,) = exported.get_finished_spans()
+    attributes = dict(span.attributes or {})
+    assert (attributes["error.type"], attributes["rpc.response.status_code"]) == ("upstream_gone", "-32000")
+    assert span.status.description == gone
