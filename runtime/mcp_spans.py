@@ -17,7 +17,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, StatusCode
 
 from mcpvisor.wire.errors import ErrorCode, WireError
-from mcpvisor.wire.redaction import redact_secrets, redacted_json
+from mcpvisor.wire.redaction import redact_secrets, redact_url, redacted_json
 
 # Longest name kept as a span name's target; a client may send any name, the span name stays short.
 NAME_LIMIT: Final = 128
@@ -48,7 +48,7 @@ def operation(method: str, params: Mapping[str, Any] | None) -> tuple[str, dict[
     uri = params.get("uri") if params is not None else None
     if method in RESOURCE_METHODS and isinstance(uri, str):
         # A URL's password or token never goes out with it.
-        attributes["mcp.resource.uri"] = redact_secrets(uri)[:URI_LIMIT]
+        attributes["mcp.resource.uri"] = redact_url(uri)[:URI_LIMIT]
     return (f"{method} {target}" if target else method), attributes
 
 

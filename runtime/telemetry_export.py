@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from mcpvisor.runtime.telemetry import ROLE, SERVICE_NAME, exporter_names
-from mcpvisor.wire.redaction import redact_secrets
+from mcpvisor.wire.redaction import redact_secrets, redact_url
 
 log = logging.getLogger("mcpvisor.telemetry")
 
@@ -228,7 +228,7 @@ def _target(environ: Mapping[str, str], signal: str) -> str:
     endpoint = environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT") or environ.get(
         "OTEL_EXPORTER_OTLP_ENDPOINT", ""
     )
-    return redact_secrets(endpoint) or "the collector"
+    return redact_url(endpoint) if endpoint else "the collector"
 
 
 def build(role: str, attributes: Mapping[str, str], environ: Mapping[str, str]) -> tuple[Any, Any, Deliveries]:
