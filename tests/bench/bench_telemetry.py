@@ -1,15 +1,17 @@
 """What tracing costs a tool call: off, on with every trace sampled, and on with a collector that
 cannot be reached, side by side with a direct connection to the same upstream, in one run.
 
-    python tests/bench/bench_telemetry.py [--calls 500] [--clients 16] [--per-client 100]
+    python tests/bench/bench_telemetry.py [--rounds 10] [--calls 50] [--clients 16] [--per-client 10]
                                           [--mode auto|legacy] [--protocol http/protobuf|grpc]
 
-Each mcpvisor is a whole stack (supervisor, frontend, a worker, tests/upstreams/echo_server.py
-over stdio) configured only by the standard `OTEL_*` variables; the collector is
+Three mcpvisor stacks run at once (supervisor, frontend, a worker, tests/upstreams/echo_server.py
+over stdio), configured only by the standard `OTEL_*` variables; the collector is
 tests/support/otlp_receiver.py in a process of its own, and "unreachable" is a loopback port
-nothing listens on. The client is the SDK's `Client` over streamable HTTP. After the run the
-receiver's span count and the unreachable stack's `mcpvisor_telemetry_spans_dropped_total` show
-that tracing was really on, and what it lost.
+nothing listens on. The measurements take turns, round after round (`--calls` sequential calls,
+then `--clients` x `--per-client` concurrent ones, on each target in turn), so that a machine
+whose load changes during the run weighs on every row alike. The client is the SDK's `Client`
+over streamable HTTP. The receiver's span count and the unreachable stack's
+`mcpvisor_telemetry_spans_dropped_total` show that tracing was really on, and what it lost.
 """
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx2
 import trio
+from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.bench.bench_latency import concurrent, direct_upstream, percentile, sequential
+from tests.bench.bench_latency import concurrent, cpu_seconds, direct_upstream, percentile
 from tests.support.stack import echo_server, free_port, open_stack
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def collector_env(port: int, protocol: str) -> dict[str, str]:
@@ -49,15 +55,6 @@ async def dropped_spans(base_url: str) -> float:
     )
 
 
-async def measure(url: str, tool: str, args: argparse.Namespace, processes: dict[str, int]) -> dict[str, float]:
-    """p50 and p99 latency (ms), calls/s, and CPU per call (ms) of mcpvisor's processes, which a busy
-    machine disturbs less than it does wall-clock times."""
-    samples, cpu = await sequential(url, tool, args.calls, args.mode, processes)
-    rate = await concurrent(url, tool, args.clients, args.per_client, args.mode)
-    spent = sum(ms for name, ms in cpu.items() if name in ("frontend", "worker"))
-    return {"p50": statistics.median(samples), "p99": percentile(samples, 0.99), "rate": rate, "cpu": spent}
-
-
 async def settled_drops(base_url: str) -> float:
     """The drop count once it stops growing: a failed batch is counted when its retries run out."""
     last, still = -1.0, 0
@@ -70,7 +67,30 @@ async def settled_drops(base_url: str) -> float:
     return last
 
 
-REPO = Path(__file__).resolve().parents[2]
+class Target:
+    """One thing measured: a URL and tool, the pids whose CPU counts, and what was measured so far."""
+
+    def __init__(self, url: str, tool: str, pids: list[int]) -> None:
+        self.url, self.tool, self.pids = url, tool, pids
+        self.samples: list[float] = []
+        self.cpu = 0.0
+        self.calls = 0
+        self.concurrent_calls = 0
+        self.concurrent_seconds = 0.0
+
+    async def sequential(self, client: Client, calls: int) -> None:
+        before = sum(cpu_seconds(pid) for pid in self.pids)
+        for i in range(calls):
+            start = time.perf_counter()
+            await client.call_tool(self.tool, {"text": f"call {i}"})
+            self.samples.append((time.perf_counter() - start) * 1000)
+        self.cpu += sum(cpu_seconds(pid) for pid in self.pids) - before
+        self.calls += calls
+
+    async def burst(self, clients: int, per_client: int, mode: str) -> None:
+        rate = await concurrent(self.url, self.tool, clients, per_client, mode)
+        self.concurrent_calls += clients * per_client
+        self.concurrent_seconds += clients * per_client / rate
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -93,55 +113,72 @@ async def main(args: argparse.Namespace) -> None:
     assert receiver.stdout is not None
     receiver.stdout.readline()  # listening
     collector = http_port if args.protocol == "http/protobuf" else grpc_port
-    rows = {
+    configs = {
         "tracing off": {},
         "on, sampled 1.0": collector_env(collector, args.protocol),
         "on, collector unreachable": collector_env(free_port(), args.protocol),
     }
-    results: dict[str, dict[str, float]] = {}
+    targets: dict[str, Target] = {}
     lost = 0.0
     try:
-        async with direct_upstream() as (_, direct_url):
-            print("measuring direct ...", file=sys.stderr)
-            results["direct"] = await measure(direct_url, "echo", args, {})
-        for label, env in rows.items():
-            with tempfile.TemporaryDirectory() as tmp:
-                async with open_stack(Path(tmp), {"echo": echo_server()}, env=env) as stack:
-                    print(f"measuring mcpvisor, {label} ...", file=sys.stderr)
-                    processes = {"worker": stack.status()["echo"]["pid"], "frontend": stack.status()["frontend"]["pid"]}
-                    results[label] = await measure(stack.direct_url, "echo:echo", args, processes)
-                    if "unreachable" in label:
-                        lost = await settled_drops(stack.base_url)
+        async with contextlib.AsyncExitStack() as exits:
+            tmp = Path(exits.enter_context(tempfile.TemporaryDirectory()))
+            _, direct_url = await exits.enter_async_context(direct_upstream())
+            targets["direct"] = Target(direct_url, "echo", [])
+            stacks = {}
+            for index, (label, env) in enumerate(configs.items()):
+                stack = await exits.enter_async_context(open_stack(tmp / str(index), {"echo": echo_server()}, env=env))
+                status = stack.status()
+                stacks[label] = stack
+                targets[label] = Target(
+                    stack.direct_url, "echo:echo", [status["echo"]["pid"], status["frontend"]["pid"]]
+                )
+            clients = {}
+            for label, target in targets.items():
+                clients[label] = await exits.enter_async_context(Client(target.url, mode=args.mode))
+                for _ in range(30):  # warm-up
+                    await clients[label].call_tool(target.tool, {"text": "warm-up"})
+            for round_ in range(args.rounds):
+                print(f"round {round_ + 1}/{args.rounds} ...", file=sys.stderr)
+                for label, target in targets.items():
+                    await target.sequential(clients[label], args.calls)
+                for target in targets.values():
+                    await target.burst(args.clients, args.per_client, args.mode)
+            lost = await settled_drops(stacks["on, collector unreachable"].base_url)
     finally:
         receiver.send_signal(signal.SIGTERM)
         received, _ = receiver.communicate(timeout=30)
 
     era = "2026-07-28" if args.mode == "auto" else "2025-11-25"
     print(
-        f"\ntools/call through mcpvisor ({era}, export {args.protocol}): {args.calls} sequential calls; "
-        f"{args.clients} clients x {args.per_client} calls concurrently"
+        f"\ntools/call of a small upstream tool ({era}, export {args.protocol}), {args.rounds} rounds taking turns:"
+        f" {args.rounds * args.calls} sequential calls and {args.rounds * args.clients * args.per_client}"
+        f" concurrent ones ({args.clients} clients) each"
     )
     print(
         f"{'':<28} {'p50 (ms)':>9} {'p99 (ms)':>9} {'calls/s':>8} {'p50 vs off':>11} {'calls/s vs off':>15}"
         f" {'CPU/call (ms)':>14}"
     )
-    off = results["tracing off"]
-    for label, row in results.items():
-        cpu = f"{row['cpu']:>14.2f}" if label != "direct" else f"{'-':>14}"
+    off = targets["tracing off"]
+    off_rate = off.concurrent_calls / off.concurrent_seconds
+    for label, target in targets.items():
+        p50, rate = statistics.median(target.samples), target.concurrent_calls / target.concurrent_seconds
+        cpu = f"{target.cpu * 1000 / target.calls:>14.2f}" if target.pids else f"{'-':>14}"
         print(
-            f"{label:<28} {row['p50']:>9.2f} {row['p99']:>9.2f} {row['rate']:>8.0f}"
-            f" {row['p50'] / off['p50']:>10.2f}x {row['rate'] / off['rate']:>14.2f}x {cpu}"
+            f"{label:<28} {p50:>9.2f} {percentile(target.samples, 0.99):>9.2f} {rate:>8.0f}"
+            f" {p50 / statistics.median(off.samples):>10.2f}x {rate / off_rate:>14.2f}x {cpu}"
         )
-    print("(CPU/call: the frontend's and the worker's, in the sequential run)")
+    print("(CPU/call: the frontend's and the worker's, in the sequential calls)")
     print(f"\ncollector: {received.strip().splitlines()[-1] if received.strip() else 'nothing received'}")
     print(f"unreachable collector: {lost:.0f} spans dropped (mcpvisor_telemetry_spans_dropped_total)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=50, help="sequential calls per target and round")
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--per-client", type=int, default=100)
+    parser.add_argument("--per-client", type=int, default=10, help="calls per client and round")
     parser.add_argument("--mode", default="auto", choices=["auto", "legacy"], help="client protocol era")
     parser.add_argument("--protocol", default="http/protobuf", choices=["http/protobuf", "grpc"])
     with contextlib.suppress(KeyboardInterrupt):
