@@ -70,21 +70,22 @@ async def settled_drops(base_url: str) -> float:
 class Target:
     """One thing measured: a URL and tool, the pids whose CPU counts, and what was measured so far."""
 
-    def __init__(self, url: str, tool: str, pids: list[int]) -> None:
+    def __init__(self, url: str, tool: str, pids: dict[str, int]) -> None:
         self.url, self.tool, self.pids = url, tool, pids
         self.samples: list[float] = []
-        self.cpu = 0.0
+        self.cpu = dict.fromkeys(pids, 0.0)
         self.calls = 0
         self.concurrent_calls = 0
         self.concurrent_seconds = 0.0
 
     async def sequential(self, client: Client, calls: int) -> None:
-        before = sum(cpu_seconds(pid) for pid in self.pids)
+        before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
         for i in range(calls):
             start = time.perf_counter()
             await client.call_tool(self.tool, {"text": f"call {i}"})
             self.samples.append((time.perf_counter() - start) * 1000)
-        self.cpu += sum(cpu_seconds(pid) for pid in self.pids) - before
+        for name, pid in self.pids.items():
+            self.cpu[name] += cpu_seconds(pid) - before[name]
         self.calls += calls
 
     async def burst(self, clients: int, per_client: int, mode: str) -> None:
@@ -124,15 +125,14 @@ async def main(args: argparse.Namespace) -> None:
         async with contextlib.AsyncExitStack() as exits:
             tmp = Path(exits.enter_context(tempfile.TemporaryDirectory()))
             _, direct_url = await exits.enter_async_context(direct_upstream())
-            targets["direct"] = Target(direct_url, "echo", [])
+            targets["direct"] = Target(direct_url, "echo", {})
             stacks = {}
             for index, (label, env) in enumerate(configs.items()):
                 stack = await exits.enter_async_context(open_stack(tmp / str(index), {"echo": echo_server()}, env=env))
                 status = stack.status()
                 stacks[label] = stack
-                targets[label] = Target(
-                    stack.direct_url, "echo:echo", [status["echo"]["pid"], status["frontend"]["pid"]]
-                )
+                pids = {"frontend": status["frontend"]["pid"], "worker": status["echo"]["pid"]}
+                targets[label] = Target(stack.direct_url, "echo:echo", pids)
             clients = {}
             for label, target in targets.items():
                 clients[label] = await exits.enter_async_context(Client(target.url, mode=args.mode))
@@ -157,18 +157,21 @@ async def main(args: argparse.Namespace) -> None:
     )
     print(
         f"{'':<28} {'p50 (ms)':>9} {'p99 (ms)':>9} {'calls/s':>8} {'p50 vs off':>11} {'calls/s vs off':>15}"
-        f" {'CPU/call (ms)':>14}"
+        f" {'CPU/call: frontend':>19} {'worker':>7}"
     )
     off = targets["tracing off"]
     off_rate = off.concurrent_calls / off.concurrent_seconds
     for label, target in targets.items():
         p50, rate = statistics.median(target.samples), target.concurrent_calls / target.concurrent_seconds
-        cpu = f"{target.cpu * 1000 / target.calls:>14.2f}" if target.pids else f"{'-':>14}"
+        cpu = " ".join(
+            f"{target.cpu[name] * 1000 / target.calls:>{width}.2f}" if target.pids else f"{'-':>{width}}"
+            for name, width in (("frontend", 19), ("worker", 7))
+        )
         print(
             f"{label:<28} {p50:>9.2f} {percentile(target.samples, 0.99):>9.2f} {rate:>8.0f}"
             f" {p50 / statistics.median(off.samples):>10.2f}x {rate / off_rate:>14.2f}x {cpu}"
         )
-    print("(CPU/call: the frontend's and the worker's, in the sequential calls)")
+    print("(CPU/call, in ms, of the sequential calls, each process's export thread included)")
     print(f"\ncollector: {received.strip().splitlines()[-1] if received.strip() else 'nothing received'}")
     print(f"unreachable collector: {lost:.0f} spans dropped (mcpvisor_telemetry_spans_dropped_total)")
 
