@@ -91,9 +91,20 @@ class Deliveries:
             log.info("telemetry: %s are exported to %s again", what, self.target)
 
 
+# The SDK's loggers whose warnings say something about mcpvisor's configuration (a bad resource
+# attribute, sampler or header variable). Others, the propagators' above all, describe what a client
+# sent (a malformed `tracestate`, oversized `baggage`, quoted whole): those stay at debug level.
+_CONFIGURATION_LOGGERS = ("opentelemetry.sdk", "opentelemetry.util", "opentelemetry.context")
+
+
+def _printable(text: str) -> str:
+    """One line, whatever it quotes: control characters escaped."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 class _SdkLogs(logging.Handler):
-    """Where the SDK's own log lines go: export failures become `Deliveries.problem`, other warnings
-    are said once each, and everything is kept at debug level."""
+    """Where the SDK's own log lines go: export failures become `Deliveries.problem`, a configuration
+    warning is said once, and everything is kept at debug level, redacted and on one line."""
 
     def __init__(self, deliveries: Deliveries) -> None:
         super().__init__(logging.DEBUG)
@@ -101,13 +112,14 @@ class _SdkLogs(logging.Handler):
         self._said: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        message = redact_secrets(record.getMessage())[:300]
+        message = _printable(redact_secrets(record.getMessage()[:1000])[:300])
         log.debug("%s: %s", record.name, message)
         if record.name.startswith(_EXPORT_LOGGERS):
             if record.levelno >= logging.WARNING:
                 self.deliveries.problem = message
             return
-        if record.levelno >= logging.WARNING and message not in self._said and len(self._said) < 100:
+        configuration = record.name.startswith(_CONFIGURATION_LOGGERS)
+        if configuration and record.levelno >= logging.WARNING and message not in self._said and len(self._said) < 20:
             self._said.add(message)
             log.warning("telemetry: %s", message)
 

@@ -26,6 +26,7 @@ from tests.support.stack import UPSTREAMS, free_port, open_stack, python_server,
 
 ARGUMENT = "argument-value-7f3a"  # in every call's arguments: no span of mcpvisor's may hold it
 FAILURE = "failure-value-91c2"  # the message a failing tool is asked to raise
+COLLECTOR_TOKEN = "collector-secret-5d1e"  # the collector's credential, in OTEL_EXPORTER_OTLP_HEADERS
 
 
 def client_context() -> tuple[str, str, dict[str, str]]:
@@ -66,7 +67,9 @@ async def test_one_call_is_one_tree_from_the_client_through_mcpvisor_into_a_stdi
 ) -> None:
     with otlp_receiver() as receiver:
         servers = {"traced": traced_upstream(receiver)}
-        async with open_stack(tmp_path, servers, env=exporting_to(receiver)) as stack:
+        # The collector's credential: sent to the collector, and to nothing else.
+        env = {**exporting_to(receiver), "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{COLLECTOR_TOKEN}"}
+        async with open_stack(tmp_path, servers, env=env) as stack:
             calls = {}
             for mode in ("legacy", "auto"):
                 trace_id, client_span, meta = client_context()
@@ -150,19 +153,40 @@ async def test_one_call_is_one_tree_from_the_client_through_mcpvisor_into_a_stdi
                 ("mcp.server.operation.duration", "frontend"),
                 ("mcp.client.operation.duration", "worker"),
             ):
-                points = await receiver.wait_for(
-                    lambda r, metric=metric: [
-                        p for p in r.points(metric) if p.attributes.get("mcp.method.name") == "tools/call"
-                    ],
-                    what=metric,
-                )
+
+                def calls_ok_and_failed(r: Receiver, metric: str = metric) -> list[Any]:
+                    points = [p for p in r.points(metric) if p.attributes.get("mcp.method.name") == "tools/call"]
+                    return points if {p.attributes.get("error.type") for p in points} >= {None, "tool_error"} else []
+
+                points = await receiver.wait_for(calls_ok_and_failed, what=metric)
                 assert points[0].unit == "s" and points[0].resource["mcpvisor.process.role"] == role
-                assert {p.attributes.get("error.type") for p in points} >= {None, "tool_error"}
 
             everything = mcpvisors(receiver.spans())
             assert not [span.name for span in everything if ARGUMENT in span.text() or FAILURE in span.text()]
+            assert not [span.name for span in everything if COLLECTOR_TOKEN in span.text()]
             # The MCP SDK's own spans (one per message, the worker's pings among them) stay off.
             assert not [span.name for span in everything if span.scope != "mcpvisor"]
+            exports = [
+                headers for headers in receiver.headers if headers["via"] == "http" and "authorization" in headers
+            ]
+            assert {headers["authorization"] for headers in exports} == {f"Bearer {COLLECTOR_TOKEN}"}
+
+            # A hostile client's context: a forged log line in tracestate, baggage past every limit.
+            hostile = {
+                "traceparent": meta["traceparent"],
+                "tracestate": "bad\r\nX-Forged: 1",
+                "baggage": "k=" + "v" * 20_000,
+            }
+            async with stack.client("/mcp/direct") as client:
+                seen = json.loads((await client.call_tool("traced:seen_context", {}, meta=hostile)).content[0].text)
+                told = (await client.call_tool("traced:otel_environment", {})).structured_content
+            # The upstream gets mcpvisor's own span as the parent, and nothing the propagators refused.
+            assert seen["meta"]["traceparent"].startswith("00-") and seen["meta"]["traceparent"] != meta["traceparent"]
+            assert seen["meta"]["tracestate"] is None and seen["meta"]["baggage"] is None
+            for log in ("frontend.log", "traced.worker.log"):
+                assert not [line for line in stack.log(log).splitlines() if line.startswith("X-Forged")]
+            # The upstream sees the variables its own table gave it, never mcpvisor's.
+            assert told == {"result": ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"]}
 
 
 async def test_code_execution_calls_a_refused_call_and_an_http_traceparent(tmp_path: Path) -> None:
@@ -238,9 +262,10 @@ async def test_a_remote_upstream_gets_the_context_in_meta_and_headers_over_grpc_
             table = {
                 "endpoint": f"http://127.0.0.1:{receiver.grpc_port}",
                 "protocol": "grpc",
+                "headers": {"authorization": "Bearer ${env:COLLECTOR_TOKEN}"},
                 "record_arguments": True,
             }
-            env = {"OTEL_BSP_SCHEDULE_DELAY": "100"}
+            env = {"OTEL_BSP_SCHEDULE_DELAY": "100", "COLLECTOR_TOKEN": COLLECTOR_TOKEN}
             servers = {"remote": {"url": f"http://127.0.0.1:{port}/mcp", "transport": "streamable-http"}}
             async with open_stack(tmp_path, servers, env=env, tables={"telemetry": table}) as stack:
                 trace_id, _, meta = client_context()
@@ -278,6 +303,11 @@ async def test_a_remote_upstream_gets_the_context_in_meta_and_headers_over_grpc_
                 assert ARGUMENT in recorded and secret not in recorded
                 assert ARGUMENT in echo.attributes["gen_ai.tool.call.result"]
                 assert secret not in echo.attributes["gen_ai.tool.call.result"]
+                # The table's header, its secret resolved, went to the collector with every export.
+                exports = [headers for headers in receiver.headers if headers["via"] == "grpc"]
+                assert exports and all(
+                    headers.get("authorization") == f"Bearer {COLLECTOR_TOKEN}" for headers in exports
+                )
         finally:
             upstream.send_signal(signal.SIGTERM)
             upstream.wait(10)

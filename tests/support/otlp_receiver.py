@@ -108,10 +108,16 @@ class Receiver:
         self._spans: list[Received] = []
         self._points: list[Point] = []
         self.requests = 0
+        # Of every export request, with "via" (http or grpc) among them; names lowercased.
+        self.headers: list[dict[str, str]] = []
         self.http_port = 0
         self.grpc_port = 0
 
     # -- taking in ----------------------------------------------------------------------------------
+
+    def take_headers(self, headers: dict[str, str], via: str) -> None:
+        with self._lock:
+            self.headers.append({**headers, "via": via})
 
     def take_traces(self, request: trace_service_pb2.ExportTraceServiceRequest, via: str) -> None:
         spans = []
@@ -233,6 +239,7 @@ def _body(handler: BaseHTTPRequestHandler) -> bytes:
 def _http_handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            receiver.take_headers({name.lower(): value for name, value in self.headers.items()}, "http")
             try:
                 body = _body(self)
                 if self.path == "/v1/traces":
@@ -265,6 +272,7 @@ class _Traces(trace_service_pb2_grpc.TraceServiceServicer):
         self.receiver = receiver
 
     def Export(self, request: Any, context: Any) -> Any:
+        self.receiver.take_headers({key.lower(): str(value) for key, value in context.invocation_metadata()}, "grpc")
         self.receiver.take_traces(request, "grpc")
         return trace_service_pb2.ExportTraceServiceResponse()
 

@@ -289,3 +289,22 @@ def test_a_full_queue_drops_spans_without_waiting_and_counts_every_one(
     processor.shutdown()
     # And no span went missing without being counted.
     assert len(received) + deliveries.dropped == 10
+
+
+def test_what_a_client_sent_never_makes_a_warning_and_never_breaks_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    handler = telemetry_export._SdkLogs(telemetry_export.Deliveries("memory"))
+
+    def emit(logger: str, message: str) -> None:
+        handler.emit(logging.LogRecord(logger, logging.WARNING, __file__, 1, message, None, None))
+
+    with caplog.at_level(logging.DEBUG, "mcpvisor.telemetry"):
+        # A propagator quoting a client's malformed tracestate (a forged log line in it).
+        emit("opentelemetry.trace.span", "Member doesn't match the w3c identifiers format bad\r\nX-Forged: 1")
+        emit("opentelemetry.baggage.propagation", "Baggage header `k=" + "v" * 10_000 + "` exceeded the maximum")
+        # A configuration mistake is said, once.
+        emit("opentelemetry.sdk.resources", "Invalid key value resource attribute pair oops")
+        emit("opentelemetry.sdk.resources", "Invalid key value resource attribute pair oops")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == ["telemetry: Invalid key value resource attribute pair oops"]
+    assert all("\n" not in r.getMessage() and len(r.getMessage()) < 400 for r in caplog.records)
+    assert any("X-Forged" in r.getMessage() and "\\x0d\\x0a" in r.getMessage() for r in caplog.records)

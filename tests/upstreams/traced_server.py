@@ -53,6 +53,10 @@ def build(name: str) -> MCPServer:
             }
         )
 
+    @server.tool(description="The names of the OTEL_* variables this process was given (never their values).")
+    def otel_environment() -> list[str]:
+        return sorted(name for name in os.environ if name.startswith("OTEL_"))
+
     @server.tool(description="Sleep for a number of seconds, then answer.")
     async def slow(seconds: float) -> str:
         await anyio.sleep(seconds)
