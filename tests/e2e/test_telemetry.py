@@ -313,7 +313,9 @@ async def test_a_remote_upstream_gets_the_context_in_meta_and_headers_over_grpc_
             upstream.wait(10)
 
 
-async def test_a_worker_killed_mid_call_shows_as_an_exit_and_a_restart(tmp_path: Path) -> None:
+async def test_a_worker_killed_mid_call_is_an_exit_and_a_restart_and_a_killed_upstream_a_reconnect(
+    tmp_path: Path,
+) -> None:
     with otlp_receiver() as receiver:
         servers = {"traced": traced_upstream(receiver)}
         settings = {"log_level": "debug"}  # the worker's log says when a call has started
@@ -346,7 +348,20 @@ async def test_a_worker_killed_mid_call_shows_as_an_exit_and_a_restart(tmp_path:
             again = await receiver.wait_for_span(
                 lambda s: s.role == "worker" and s.name == "connect traced" and s.resource["process.pid"] != worker_pid
             )
-            assert again.status == "UNSET"
+            assert again.status == "UNSET" and again.attributes["mcpvisor.upstream.reconnect"] is False
+
+            # An upstream that dies under a worker that stays: the worker reconnects, and says why.
+            await stack.wait_ready(["traced"])
+            async with stack.client("/mcp/direct") as client:
+                upstream_pid = (await client.call_tool("traced:pid", {})).structured_content["result"]
+            os.kill(upstream_pid, signal.SIGKILL)
+            reconnect = await receiver.wait_for_span(
+                lambda s: (
+                    s.role == "worker" and s.name == "connect traced" and s.attributes["mcpvisor.upstream.reconnect"]
+                )
+            )
+            assert reconnect.status == "UNSET"
+            assert "killed by signal 9" in reconnect.attributes["mcpvisor.upstream.lost_reason"]
 
 
 async def test_an_unreachable_collector_costs_no_call_and_is_one_log_line_and_a_count(tmp_path: Path) -> None:

@@ -57,6 +57,10 @@ def build(name: str) -> MCPServer:
     def otel_environment() -> list[str]:
         return sorted(name for name in os.environ if name.startswith("OTEL_"))
 
+    @server.tool(description="The process id of this upstream.")
+    def pid() -> int:
+        return os.getpid()
+
     @server.tool(description="Sleep for a number of seconds, then answer.")
     async def slow(seconds: float) -> str:
         await anyio.sleep(seconds)
