@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -408,17 +408,33 @@ class Upstreams:
         if telemetry.active is None:
             return await self._request(server, method, params, call, what=what, activity_id=activity_id)
         name = params.get("uri" if method in RESOURCE_METHODS else "name")
-        named = name if isinstance(name, str) else ""
+        run = functools.partial(self._request, server, method, params, call, what=what, activity_id=activity_id)
+        return await self._in_door(method, server, name if isinstance(name, str) else "", params, call, "", run)
+
+    async def _in_door(
+        self,
+        method: str,
+        server: str,
+        name: str,
+        params: dict[str, Any],
+        call: ClientCall | None,
+        via: str,
+        run: Callable[[], Awaitable[bytes | dict[str, Any]]],
+    ) -> bytes | dict[str, Any]:
+        """`run()` in the door's span: the gate's refusal, a failure or the answer is told on it."""
         worker = self.worker_id(server)
-        with spans.door(self.tenant, method, server, named, params, call, via="", worker=worker) as door:
+        with spans.door(self.tenant, method, server, name, params, call, via=via, worker=worker) as door:
+            if door is None:
+                return await run()
             try:
-                result = await self._request(server, method, params, call, what=what, activity_id=activity_id)
-            except UpstreamError as exc:
-                if door is not None:
-                    door.failed(exc.code, exc.message, exc.reason, own=exc.reason not in _UPSTREAMS_WORDS)
+                result = await run()
+            except Refused as refused:
+                door.refused(refused.reason)
                 raise
-            if door is not None:
-                door.answered(method, result)
+            except UpstreamError as exc:
+                door.failed(exc.code, exc.message, exc.reason, own=exc.reason not in _UPSTREAMS_WORDS)
+                raise
+            door.answered(method, result)
             return result
 
     async def _request(
@@ -517,21 +533,8 @@ class Upstreams:
         options: dict[str, Any] = {"intent": intent, "destructive": destructive, "tasks": tasks, "client": client}
         if telemetry.active is None:
             return await self._call_tool(target, params, call, via=via, **options)
-        server, worker = target.server, self.worker_id(target.server)
-        with spans.door(self.tenant, "tools/call", server, target.name, params, call, via=via, worker=worker) as door:
-            try:
-                result = await self._call_tool(target, params, call, via=via, **options)
-            except Refused as refused:
-                if door is not None:
-                    door.refused(refused.reason)
-                raise
-            except UpstreamError as exc:
-                if door is not None:
-                    door.failed(exc.code, exc.message, exc.reason, own=exc.reason not in _UPSTREAMS_WORDS)
-                raise
-            if door is not None:
-                door.answered("tools/call", result)
-            return result
+        run = functools.partial(self._call_tool, target, params, call, via=via, **options)
+        return await self._in_door("tools/call", target.server, target.name, params, call, via, run)
 
     async def _call_tool(
         self,
