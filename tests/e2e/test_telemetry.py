@@ -364,11 +364,14 @@ async def test_a_worker_killed_mid_call_is_an_exit_and_a_restart_and_a_killed_up
             assert "killed by signal 9" in reconnect.attributes["mcpvisor.upstream.lost_reason"]
 
 
-async def test_an_unreachable_collector_costs_no_call_and_is_one_log_line_and_a_count(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+async def test_an_unreachable_collector_costs_no_call_and_is_one_log_line_and_a_count(
+    tmp_path: Path, protocol: str
+) -> None:
     closed = free_port()  # nothing listens there
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}",
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
         "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
         "OTEL_METRICS_EXPORTER": "none",
