@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from urllib.parse import unquote
 
+import msgspec
 import pytest
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -16,8 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from mcpvisor.runtime import mcp_spans, telemetry, telemetry_export
+from mcpvisor.wire import codec
 from mcpvisor.wire.config import TelemetryConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
+from mcpvisor.wire.messages import Request
 from mcpvisor.wire.secrets import SecretError
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -308,3 +311,32 @@ def test_what_a_client_sent_never_makes_a_warning_and_never_breaks_a_log_line(ca
     assert warnings == ["telemetry: Invalid key value resource attribute pair oops"]
     assert all("\n" not in r.getMessage() and len(r.getMessage()) < 400 for r in caplog.records)
     assert any("X-Forged" in r.getMessage() and "\\x0d\\x0a" in r.getMessage() for r in caplog.records)
+
+
+# -- on the wire ------------------------------------------------------------------------------------
+
+
+class _RequestBefore(msgspec.Struct, tag_field="t", tag="req", frozen=True, kw_only=True, omit_defaults=True):
+    """A call message as a frontend or worker without telemetry knew it."""
+
+    id: int
+    method: str
+    timeout: float
+    activity_id: str = ""
+
+
+def test_the_call_messages_trace_context_keeps_older_and_newer_processes_talking() -> None:
+    context = {"traceparent": PARENT, "tracestate": "v=1"}
+    traced = codec.calls.encode(Request(id=3, method="tools/call", timeout=5.0, trace_context=context))
+    decoded, _ = codec.calls.decode(traced)
+    assert isinstance(decoded, Request) and decoded.trace_context == context
+    # An older worker reads the newer message, the context aside.
+    older = msgspec.msgpack.decode(traced[0], type=_RequestBefore)
+    assert (older.id, older.method) == (3, "tools/call")
+    # A newer worker reads an older frontend's message: no context, a span of its own.
+    from_older, _ = codec.calls.decode([msgspec.msgpack.encode(_RequestBefore(id=4, method="ping", timeout=1.0))])
+    assert isinstance(from_older, Request) and from_older.trace_context == {}
+    # Off, nothing is added to the message at all.
+    assert codec.calls.encode(Request(id=5, method="ping", timeout=1.0))[0] == msgspec.msgpack.encode(
+        _RequestBefore(id=5, method="ping", timeout=1.0)
+    )
