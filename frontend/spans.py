@@ -166,7 +166,7 @@ class RequestSpans:
         request = ctx.request
         headers = getattr(request, "headers", None)
         if headers is not None and (session := headers.get("mcp-session-id")):
-            extra["mcp.session.id"] = session
+            extra["mcp.session.id"] = session[:128]
         path = getattr(getattr(request, "url", None), "path", None)
         if isinstance(path, str):
             extra["mcpvisor.endpoint"] = path
