@@ -59,9 +59,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], config_
     test.add_argument("--args", default="{}", metavar="JSON", help="the call's arguments as a JSON object")
     test.add_argument("--action", choices=["call", "list"], default="call", help="call (default) or list")
     test.add_argument("--endpoint", default="/mcp/direct", help="context.endpoint (default /mcp/direct)")
-    test.add_argument("--via", default="direct", help="context.via: direct, call_tool_read, proxy, ... (default direct)")
+    test.add_argument("--via", default="direct", help="context.via: direct, call_tool_read, proxy... (default direct)")
     test.add_argument(
-        "--annotations", metavar="JSON", help='the tool\'s annotations, e.g. \'{"readOnlyHint": true}\' (MCP names)'
+        "--annotations", metavar="JSON", help="the tool's annotations, e.g. '{\"readOnlyHint\": true}' (MCP names)"
     )
     test.add_argument(
         "--expect", choices=["allow", "deny", "approval"], help="exit 1 unless the decision is this one (for CI)"

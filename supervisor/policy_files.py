@@ -33,7 +33,7 @@ def load_policies(config: Config, config_path: Path) -> PolicyBundle | None:
         return None
     if LOCAL_TENANT in config.tenants:
         raise ConfigError(
-            f"{config_path}: tenant {LOCAL_TENANT!r}: with [policy], Tenant::\"{LOCAL_TENANT}\" is the principal of the"
+            f'{config_path}: tenant {LOCAL_TENANT!r}: with [policy], Tenant::"{LOCAL_TENANT}" is the principal of the'
             " plain endpoints (the local user, operators); give the tenant another name"
         )
     sources = []
