@@ -6,6 +6,7 @@ hash; after an edit it names the edited row, after a deletion the row after it, 
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import subprocess
@@ -100,7 +101,7 @@ def test_export_writes_json_lines_that_carry_the_chain(sqlite_config: Path, tmp_
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [row["id"] for row in rows] == [2, 3, 4, 5]
-    assert all(row["prev_hash"] == before["hash"] for before, row in zip(rows, rows[1:], strict=False))
+    assert all(row["prev_hash"] == before["hash"] for before, row in itertools.pairwise(rows))
     assert rows[0]["tenant"] == "alice" and rows[0]["decision"] == "allow" and rows[0]["timestamp"].endswith("+00:00")
 
 
