@@ -26,6 +26,7 @@ from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
 from mcpvisor.supervisor.config import Config
+from mcpvisor.supervisor.policy_files import load_policies
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
 from mcpvisor.wire import codec, frontend_spec, sandboxing, tenant_secrets, worker_spec
@@ -216,6 +217,7 @@ class Supervisor:
         base: Config | None = None,
     ) -> None:
         self.config = config
+        self.policies = load_policies(config, config_path)  # [policy] and its files' text, handed to the frontend
         # With a shared store (`state_url`), `config` is the file (`base`) with the run-time
         # changes of every replica over it, and the file is never written (supervisor/shared.py).
         self.shared = shared
@@ -270,6 +272,7 @@ class Supervisor:
             tenants=self.config.tenants,
             oauth=self.config.oauth,
             search=self.config.search,
+            policies=self.policies,
             hidden=hidden_paths(self.config, self.config_path, self.data_dir, self.run_dir),
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
@@ -399,7 +402,10 @@ class Supervisor:
         self._publish(
             "config",
             ConfigChanged(
-                servers=dict(self.config.servers), version=self.config_version, tenants=dict(self.config.tenants)
+                servers=dict(self.config.servers),
+                version=self.config_version,
+                tenants=dict(self.config.tenants),
+                policies=self.policies,
             ),
         )
 
@@ -710,10 +716,14 @@ class Supervisor:
         """Reread the file and apply it; a broken file changes nothing (ConfigError)."""
         async with self._ops_lock:
             base = config_mod.load(self.config_path)
+            policies = load_policies(base, self.config_path)  # a broken policy file changes nothing either
             new = self._with_shared(base)
             self.base = base
             diff = diff_configs(self.config, new)
+            policies_changed, self.policies = policies != self.policies, policies
             if diff.empty:
+                if policies_changed:
+                    self.publish_config()  # the frontend decides with the new policies from now on
                 return diff
             return await self.apply(new, diff)
 
@@ -746,6 +756,7 @@ class Supervisor:
     async def reload(self, new: Config) -> None:
         """Restart every process with `new`."""
         async with self._ops_lock:
+            self.policies = load_policies(new, self.config_path)
             await self._remove_programs([name for name in self.programs if name != FRONTEND])
             self.config = new
             await self.on_proposals(self.proposals.prune, new.servers)

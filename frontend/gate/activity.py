@@ -131,7 +131,7 @@ def trace_context(call: Any, params: Mapping[str, Any]) -> tuple[str, str]:
     return parent, found.get("tracestate", "")[:TRACESTATE_LIMIT]
 
 
-def _stored(value: Any) -> str | None:
+def stored_text(value: Any) -> str | None:
     """Arguments or a result as redacted JSON text (arguments may still be raw JSON bytes here)."""
     try:
         data = value if isinstance(value, bytes) else msgspec.json.encode(value)
@@ -205,7 +205,7 @@ class ActivityLog:
         """Log one call (`duration` in seconds); a failing disk is logged, never fails the call.
 
         `decision` is what the policies decided ("allow", "deny", "approval"; "would deny" and "would
-        wait for approval" in dry-run), `policies` the ids of those that decided it.
+        wait for approval" in dry-run), `policies` the ids of those that decided it (kept as a JSON list).
         """
         keep = self.record_arguments
         row = (
@@ -222,11 +222,11 @@ class ActivityLog:
             outcome,
             round(duration * 1000, 3),
             result_bytes,
-            _stored(arguments) if keep and arguments is not None else None,
-            _stored(result) if keep and result is not None else None,
+            stored_text(arguments) if keep and arguments is not None else None,
+            stored_text(result) if keep and result is not None else None,
             *trace,
             decision,
-            ",".join(policies),
+            json.dumps(list(policies), ensure_ascii=False) if policies else "",
         )
         with self._queued_lock:
             self._queued.append(row)
