@@ -512,6 +512,9 @@ class Supervisor:
         try:
             if spec is None:
                 raise CommandError(f"unknown command {_clip(repr(cmd.name))}", EXIT_UNKNOWN)
+            if spec.operator_only and identity == self._frontend_identity:
+                # The frontend's line carries what its clients' tools send: never a verdict on a call.
+                raise CommandError(f"{cmd.name}: only an operator (mcpvisor ctl, the admin API) may decide calls")
             result = await spec.handler(self, spec.parse(cmd.args, cmd.data))
             reply = Reply(id=cmd.id, ok=True, result=result, exit_code=spec.exit_code(result))
         except CommandError as exc:
@@ -547,13 +550,17 @@ class Supervisor:
         except (zmq.ZMQError, trio.ClosedResourceError) as exc:
             log.debug("control reply not delivered: %s", exc)
 
-    async def ask_frontend(self, action: Action, name: str = "", tools: list[str] | None = None) -> OperatorResult:
+    async def ask_frontend(
+        self, action: Action, name: str = "", tools: list[str] | None = None, *, reason: str = ""
+    ) -> OperatorResult:
         """Put an operator's request to the frontend, which holds the approvals; its answer."""
         frontend = self.programs.get(FRONTEND)
         identity = self._frontend_identity
         if frontend is None or frontend.state is not ProcessState.RUNNING or identity is None or self._control is None:
             raise CommandError("the frontend is not running (see `mcpvisor ctl status`); try again once it is")
-        request = OperatorRequest(id=next(self._operator_ids), action=action, name=name, tools=tools or [])
+        request = OperatorRequest(
+            id=next(self._operator_ids), action=action, name=name, tools=tools or [], reason=reason
+        )
         reply = await self._ask(identity, request, self._operator_replies, OPERATOR_TIMEOUT, "the frontend")
         if reply.error or reply.result is None:
             raise CommandError(reply.error or "the frontend gave no answer", reply.exit_code or EXIT_ERROR)

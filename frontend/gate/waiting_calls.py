@@ -21,12 +21,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+import msgspec
 import trio
 
 from mcpvisor.runtime.policies import Decision
 from mcpvisor.store import held_calls
 from mcpvisor.store.held_calls import HeldRow
 from mcpvisor.store.state_db import HELD_CALLS, STORE_ERRORS, is_shared
+from mcpvisor.wire.operator import CallVerdict, WaitingCall
+from mcpvisor.wire.operator import WaitingCalls as WaitingList
 
 log = logging.getLogger(__name__)
 
@@ -228,3 +231,15 @@ def new_row(
         endpoint=endpoint,
         client=client,
     )
+
+
+async def operator_answer(
+    registry: WaitingCalls, action: str, call_id: str, reason: str, decided_by: str
+) -> WaitingList | CallVerdict:
+    """`calls`, `allow ID` or `deny ID` for an operator (ctl, the admin API): the listing or the verdict."""
+    if action == "calls":
+        rows = await registry.listing()
+        return WaitingList(calls=[msgspec.convert(msgspec.to_builtins(row), WaitingCall) for row in rows])
+    verdict: Literal["allow", "deny"] = "allow" if action == "allow" else "deny"
+    row = await registry.decide(call_id, verdict, reason, decided_by)
+    return CallVerdict(id=row.id, verdict=verdict, tool=row.tool, tenant=row.tenant, reason=reason)
