@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
+import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from mcpvisor.runtime.policies import ALLOWED, Decision, Policies, PolicyError
@@ -144,7 +145,7 @@ class PolicyGate:
         policies = self.policies
         if policies is None:
             return ALLOWED
-        args = cedar_args(arguments) if policies.reads_context else {}
+        args = cedar_args(_decoded(arguments)) if policies.reads_context else {}
         decision = policies.decide(
             tenant, action, kind, attributes_of(kind, server, item), args=args, endpoint=endpoint, via=via
         )
@@ -162,6 +163,18 @@ class PolicyGate:
     def _count(self, action: str, decision: Decision) -> None:
         if self.decisions is not None:
             self.decisions.labels(action, decision.effect, self.config.mode).inc()
+
+
+def _decoded(arguments: Any) -> Any:
+    """Arguments as a short path forwards them (the client's JSON bytes), decoded for the policies."""
+    if isinstance(arguments, msgspec.Raw):
+        arguments = bytes(arguments)
+    if isinstance(arguments, bytes | bytearray | memoryview):
+        try:
+            return msgspec.json.decode(arguments)
+        except msgspec.DecodeError:
+            return {}
+    return arguments
 
 
 def refusal_text(kind: Kind, name: str, decision: Decision) -> str:

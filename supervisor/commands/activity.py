@@ -6,6 +6,7 @@ a shared store (`state_url`) the log is every replica's, read from PostgreSQL.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import time
@@ -45,6 +46,8 @@ _COLUMNS: Final = (
     "result",
     "traceparent",
     "tracestate",
+    "decision",
+    "policies",
 )
 
 
@@ -109,10 +112,21 @@ def render_row(row: dict[str, Any]) -> str:
     when = datetime.fromtimestamp(row["time"], UTC).strftime("%Y-%m-%d %H:%M:%S")
     what = f"{row['server']}:{row['tool']}"
     client = row["client"] or "-"
-    return (
+    line = (
         f"{when} {row['request_id'][:12]:<12} {row['outcome']:<7} {row['duration_ms']:>9.1f}ms"
         f" {row['result_bytes']:>8}B {row['endpoint'] or '-':<14} {row['variant']:<16} {client:<16} {what}"
     )
+    if row.get("decision"):  # what the policies decided, and which ones
+        line += f"  [{row['decision']}: {', '.join(_policies(row.get('policies')))}]"
+    return line
+
+
+def _policies(text: Any) -> list[str]:
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else []
+    except json.JSONDecodeError:
+        return [str(text)]
+    return [str(item) for item in value] if isinstance(value, list) else [str(value)]
 
 
 def render(result: dict[str, Any]) -> str:
