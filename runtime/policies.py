@@ -90,10 +90,26 @@ class Policies:
 
     def __init__(self, rules: Sequence[Rule]) -> None:
         self.rules = {rule.id: rule for rule in rules}
-        body = {"staticPolicies": {rule.id: rule.body for rule in rules}, "templates": {}, "templateLinks": []}
-        self._set = cedarpy.PolicySet.from_json_str(_encode(body).decode())
+        # Cedar evaluates every policy of a set. A policy for `principal == Tenant::"X"` can only
+        # apply to X: each principal decides with the policies for anyone and its own, so a host of
+        # many tenants pays for one tenant's policies per decision, not for all of them.
+        self._anyone = [rule for rule in rules if _principal(rule) is None]
+        self._own: dict[str, list[Rule]] = {}
+        for rule in rules:
+            if (principal := _principal(rule)) is not None:
+                self._own.setdefault(principal, []).append(rule)
+        self._sets: dict[str, cedarpy.PolicySet] = {}
         # Arguments cost a conversion per call: only when some policy reads the context at all.
         self.reads_context = any(reads_context(rule.body) for rule in rules)
+
+    def _set_of(self, principal: str) -> cedarpy.PolicySet:
+        key = principal if principal in self._own else ""
+        found = self._sets.get(key)
+        if found is None:
+            rules = self._anyone + self._own.get(key, [])
+            body = {"staticPolicies": {rule.id: rule.body for rule in rules}, "templates": {}, "templateLinks": []}
+            found = self._sets[key] = cedarpy.PolicySet.from_json_str(_encode(body).decode())
+        return found
 
     @classmethod
     def compile(cls, sources: Sequence[PolicyText]) -> Policies:
@@ -114,14 +130,15 @@ class Policies:
         """Whether `tenant` may `action` the tool, resource or prompt with these attributes."""
         entity = {"type": ENTITY_TYPES[kind], "id": entity_id(kind, attributes)}
         context = {"args": args or {}, "endpoint": endpoint, "via": via} if self.reads_context else {}
+        principal = principal_of(tenant)
         request = {
-            "principal": {"type": "Tenant", "id": principal_of(tenant)},
+            "principal": {"type": "Tenant", "id": principal},
             "action": {"type": "Action", "id": action},
             "resource": entity,
             "context": _encode(context).decode(),
         }
         entities = _encode([{"uid": entity, "attrs": attributes, "parents": []}]).decode()
-        result = cedarpy.is_authorized(request, self._set, entities)
+        result = cedarpy.is_authorized(request, self._set_of(principal), entities)
         return self._decision(result)
 
     def _decision(self, result: cedarpy.AuthzResult) -> Decision:
@@ -270,6 +287,15 @@ def split_statements(text: str) -> list[tuple[int, str]]:
     if start is not None:
         statements.append((start_line, text[start:]))
     return statements
+
+
+def _principal(rule: Rule) -> str | None:
+    """The one tenant a policy's scope names (`principal == Tenant::"X"`), else None (it may apply to anyone)."""
+    scope = rule.body.get("principal") or {}
+    entity = scope.get("entity") if scope.get("op") == "==" else None
+    if isinstance(entity, dict) and entity.get("type") == "Tenant" and isinstance(entity.get("id"), str):
+        return entity["id"]
+    return None
 
 
 def reads_context(node: Any) -> bool:
