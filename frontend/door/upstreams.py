@@ -389,6 +389,11 @@ class Upstreams:
             raise NotFound("resource", uri, "no connected server offers it")
         return server
 
+    def _prompt(self, server: str, name: str) -> dict[str, Any]:
+        view = self.catalog.servers.get(server)
+        listed = view.prompts if view is not None else []
+        return next((prompt for prompt in listed if prompt.get("name") == name), {"name": name})
+
     def _resource(self, server: str, uri: str) -> dict[str, Any]:
         """The listed resource at `uri` (its name and type for the policies), else the bare uri."""
         view = self.catalog.servers.get(server)
@@ -638,7 +643,11 @@ class Upstreams:
             )
 
         shown = name if isinstance(name, str) else ""
-        item = self._resource(server, shown) if kind == "resource" else {"name": shown}
+        item = self._resource(server, shown) if kind == "resource" else self._prompt(server, shown)
+        if not self.listed(kind, server, item):  # hidden from this tenant: as if it did not exist
+            record("blocked")
+            reason = "no connected server offers it" if kind == "resource" else "prompts are named 'server:prompt'"
+            raise UpstreamError(INVALID_PARAMS, NotFound(kind, what_of(kind, server, shown), reason).message)
         try:
             passed = await self.gate.calls.admit(
                 tenant=self.tenant,
@@ -669,6 +678,11 @@ class Upstreams:
             record("ok", result)
             return with_request_id(result, request_id)
         return result
+
+
+def what_of(kind: Kind, server: str, name: str) -> str:
+    """How a client names a resource (its URI) or a prompt (`server:prompt`) in an error."""
+    return name if kind == "resource" else f"{server}:{name}"
 
 
 def _progress_to(call: ClientCall | None) -> call_policy.Progress | None:

@@ -35,6 +35,8 @@ def servers_writing_to(files: Path) -> dict[str, Any]:
     files.mkdir(exist_ok=True)
     files.chmod(0o777)  # the sandbox runs the upstream as an unprivileged user
     return {"echo": echo_server("echo", sandbox={"rw": [str(files)]})}
+
+
 TENANTS = {"alice": {"servers": ["echo"]}, "bob": {"servers": ["echo"]}}
 ERAS = ("legacy", "auto")  # 2025-11-25 sessions, and 2026-07-28 requests
 
