@@ -165,6 +165,7 @@ async def run(
         changed=decided,
         accounts=shared.activity.record_account,
         waiting=calls_gate.waiting,
+        changes=shared.activity.record_operator,
     )
     tokens = TokenStore(db)
     authenticator = None

@@ -23,7 +23,7 @@ from mcpvisor.runtime.logs import log_stem
 from mcpvisor.store import oauth_store
 from mcpvisor.store.proposals import ProposalStore
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.supervisor import configstore
+from mcpvisor.supervisor import configstore, operator_changes
 from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
 from mcpvisor.supervisor.config import Config
 from mcpvisor.supervisor.policy_files import load_policies
@@ -517,6 +517,9 @@ class Supervisor:
                 raise CommandError(f"{cmd.name}: only an operator (mcpvisor ctl, the admin API) may decide calls")
             result = await spec.handler(self, spec.parse(cmd.args, cmd.data))
             reply = Reply(id=cmd.id, ok=True, result=result, exit_code=spec.exit_code(result))
+            if cmd.name in operator_changes.AUDITED and self._nursery is not None:
+                by = "frontend" if identity == self._frontend_identity else "ctl"
+                self._nursery.start_soon(operator_changes.tell_frontend, self, cmd, by)
         except CommandError as exc:
             reply = Reply(id=cmd.id, ok=False, error=_clip(exc.message, 2000), exit_code=exc.exit_code)
         except ConfigError as exc:

@@ -13,8 +13,9 @@ import msgspec
 
 # "account": an upstream login forgotten with no worker running (name: the worker, tools: [event]),
 # for the activity log the frontend writes. "calls", "allow", "deny": the calls waiting for an
-# operator's approval (name: the call's id; the request's `reason` for deny).
-Action = Literal["pending", "inspect", "approve", "block", "account", "calls", "allow", "deny"]
+# operator's approval (name: the call's id; the request's `reason` for deny). "operator": a command
+# that changed something, for the activity log (name: its target, tools: [command], reason: by whom).
+Action = Literal["pending", "inspect", "approve", "block", "account", "calls", "allow", "deny", "operator"]
 
 
 class PendingServer(msgspec.Struct, kw_only=True, frozen=True):

@@ -65,7 +65,9 @@ class Operator:
         changed: Callable[[str], None],
         accounts: Callable[[str, Mapping[str, Any]], None] | None = None,
         waiting: WaitingCalls | None = None,
+        changes: Callable[[str, str, str], None] | None = None,
     ) -> None:
+        self._changes = changes  # records an operator's change (command, target, by whom) in the activity log
         self.waiting = waiting  # the calls waiting for an operator's approval (`ctl calls | allow | deny`)
         self._servers = servers  # a getter: the table changes with every ConfigChanged
         self._accounts = accounts  # records an upstream login or logout in the activity log
@@ -103,6 +105,10 @@ class Operator:
             if self.waiting is None:
                 raise OperatorError("this frontend holds no calls for approval")
             return await operator_answer(self.waiting, request.action, request.name, request.reason, "ctl")
+        if request.action == "operator":
+            if self._changes is not None and request.tools:
+                self._changes(request.tools[0], request.name, request.reason)
+            return Noted()
         if request.action == "account":
             if self._accounts is not None and request.tools:
                 self._accounts(request.name, {"event": request.tools[0], "by": "operator"})

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 
 Outcome = Literal["ok", "error", "blocked"]
 # "approval": an operator's verdict on a waiting call (tool: the call's tool, variant: allow, deny or
-# timeout, request_id: the waiting call's id).
-Kind = Literal["tool", "resource", "prompt", "account", "approval"]
+# timeout, request_id: the waiting call's id). "operator": a command that changed something (tool:
+# the command, server: its target, client: "ctl" or "frontend").
+Kind = Literal["tool", "resource", "prompt", "account", "approval", "operator"]
 
 META_KEY: Final = "io.mcpvisor/requestId"
 PRUNE_EVERY: Final = 60.0  # seconds between retention passes
@@ -179,6 +180,20 @@ class ActivityLog:
             request_id=new_request_id(),
             kind="account",
             tenant=tenant,
+        )
+
+    def record_operator(self, command: str, target: str, by: str) -> None:
+        """An operator's command changed what runs or what clients may use (never its arguments' values)."""
+        self.record(
+            server=target,
+            tool=command,
+            variant=by,
+            intent=None,
+            outcome="ok",
+            duration=0.0,
+            request_id=new_request_id(),
+            client=by,
+            kind="operator",
         )
 
     def record(

@@ -252,6 +252,10 @@ async def dry_run_rollout(stack: Stack, tokens: dict[str, str]) -> None:
     code, rows = await stack.actl("activity", "-n", "5")
     row = [r for r in rows["rows"] if r["tool"] == "add" and r["tenant"] == "alice"][-1]
     assert (row["decision"], row["policies"], row["outcome"]) == ("would deny", '["alice-read-only"]', "ok")
+    # Operators' changes are rows of the log (and of its chain) too.
+    code, rows = await stack.actl("activity", "-n", "100")
+    changes = [(r["tool"], r["client"]) for r in rows["rows"] if r["kind"] == "operator"]
+    assert ("update", "ctl") in changes, changes
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens['ops']}"}) as http:
         metrics = (await http.get(f"{stack.base_url}/metrics")).text
     assert re.search(r'mcpvisor_policy_decisions_total\{action="call",effect="deny",mode="dry-run"\} [1-9]', metrics)
