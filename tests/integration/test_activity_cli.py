@@ -102,7 +102,12 @@ def test_export_writes_json_lines_that_carry_the_chain(sqlite_config: Path, tmp_
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [row["id"] for row in rows] == [2, 3, 4, 5]
     assert all(row["prev_hash"] == before["hash"] for before, row in itertools.pairwise(rows))
-    assert rows[0]["tenant"] == "alice" and rows[0]["decision"] == "allow" and rows[0]["policies"] == "[\"base\"]" and rows[0]["timestamp"].endswith("+00:00")
+    assert (
+        rows[0]["tenant"] == "alice"
+        and rows[0]["decision"] == "allow"
+        and rows[0]["policies"] == '["base"]'
+        and rows[0]["timestamp"].endswith("+00:00")
+    )
 
 
 def test_no_log_yet_is_nothing_to_verify(tmp_path: Path) -> None:

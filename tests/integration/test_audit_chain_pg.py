@@ -68,7 +68,9 @@ def test_replicas_appending_at_once_make_one_chain(replicas: list[PostgresState]
     assert verdict.intact, verdict.problem
     assert verdict.rows == expected
     # One chain: no two rows follow the same row.
-    forks = replicas[2].execute("SELECT prev_hash, count(*) FROM calls GROUP BY prev_hash HAVING count(*) > 1").fetchall()
+    forks = (
+        replicas[2].execute("SELECT prev_hash, count(*) FROM calls GROUP BY prev_hash HAVING count(*) > 1").fetchall()
+    )
     assert forks == []
 
 
