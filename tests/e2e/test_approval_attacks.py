@@ -60,6 +60,7 @@ async def attack_stack(tmp_path: Path) -> AsyncIterator[tuple[Stack, dict[str, s
         tomli_w.dumps({"mcpvisor": {"data_dir": str(tmp_path / "data"), **SETTINGS}, "servers": servers, **tables})
     )
     tokens = {tenant: add_token(config, tenant) for tenant in TENANTS}
+    tokens["ops"] = add_token(config, "ops", "--admin")
     async with open_stack(tmp_path, servers, settings=SETTINGS, wait_for=[], tables=tables) as stack:
         yield stack, tokens
 
@@ -163,8 +164,14 @@ async def test_a_client_cannot_allow_its_own_call(tmp_path: Path) -> None:
                     assert call_id not in response.text
                 await still_waits(stack, call_id, "the admin API with a tenant's token")
 
-            code, output = await stack.actl("deny", call_id, "--reason", "attack pass", json_output=False)
-            assert code == 0, output
+            # The operator decides, through the admin API with an admin token.
+            async with httpx2.AsyncClient(timeout=30, headers={"Authorization": f"Bearer {tokens['ops']}"}) as ops:
+                listed = (await ops.get(f"{stack.base_url}/api/v1/calls")).json()["calls"]
+                assert [(c["id"], c["tenant"], c["tool"]) for c in listed] == [(call_id, "bob", "echo:touch")]
+                denied = await ops.post(f"{stack.base_url}/api/v1/calls/{call_id}/deny", json={"reason": "attack pass"})
+                assert denied.status_code == 200 and denied.json()["verdict"] == "deny", denied.text
+                again = await ops.post(f"{stack.base_url}/api/v1/calls/{call_id}/allow", json={})
+                assert again.status_code == 404 and "is waiting for approval" in again.json()["message"]
         assert not target.exists()
         assert text_of(outcome["result"]) == (
             f"Tool 'echo:touch' was not run: an operator denied it (call {call_id}): attack pass."
