@@ -138,8 +138,7 @@ async def destructive_needs_approval(stack: Stack, tokens: dict[str, str], tmp_p
 
     async def call(name: str, mode: str, path: Path) -> None:
         async with tenant_client(stack, tokens["bob"], mode) as bob:
-            kwargs = {"progress_callback": on_progress} if mode == "legacy" else {}
-            results[name] = await bob.call_tool("echo:touch", {"path": str(path)}, **kwargs)
+            results[name] = await bob.call_tool("echo:touch", {"path": str(path)}, progress_callback=on_progress)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(call, "allowed", "legacy", allowed)
@@ -161,7 +160,10 @@ async def destructive_needs_approval(stack: Stack, tokens: dict[str, str], tmp_p
         code, verdict = await stack.actl("deny", deny["id"], "--reason", "not now")
         assert code == 0, verdict
     assert not results["allowed"].is_error and allowed.exists(), text_of(results["allowed"])
-    assert any("Waiting for an operator's approval of echo:touch" in line for line in progress), progress
+    # Both eras' clients were told, while they waited, that an operator must decide (never how).
+    for held in (allow, deny):
+        assert f"Waiting for an operator's approval of echo:touch (call {held['id']}" in "\n".join(progress), progress
+    assert not any("ctl" in line or "allow" in line for line in progress), progress
     assert results["denied"].is_error and not denied.exists()
     assert (
         text_of(results["denied"])
