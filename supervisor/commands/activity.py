@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import msgspec
 import trio
 
+from mcpvisor.store import audit_chain
 from mcpvisor.store.state_db import STATE_FILE
 from mcpvisor.store.state_url import StateStoreError
 from mcpvisor.supervisor.commands import EXIT_USAGE, Args, CommandError, command
@@ -27,28 +28,7 @@ if TYPE_CHECKING:
 MAX_ROWS: Final = 10_000
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_COLUMNS: Final = (
-    "id",
-    "request_id",
-    "time",
-    "client",
-    "tenant",
-    "endpoint",
-    "kind",
-    "server",
-    "tool",
-    "variant",
-    "intent",
-    "outcome",
-    "duration_ms",
-    "result_bytes",
-    "arguments",
-    "result",
-    "traceparent",
-    "tracestate",
-    "decision",
-    "policies",
-)
+_COLUMNS: Final = ("id", *audit_chain.HASHED)  # every column but the chain's own
 
 
 class ActivityArgs(Args):

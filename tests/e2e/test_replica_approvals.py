@@ -15,21 +15,13 @@ from typing import Any
 
 import trio
 
+from tests.e2e.test_approval_attacks import WAITS
 from tests.e2e.test_policies import text_of
 from tests.support import postgres
 from tests.support.stack import Stack, echo_server, open_replicas
 
 postgres_cluster = postgres.cluster_fixture()
 postgres_url = postgres.database_fixture()
-
-POLICIES = """\
-@id("baseline")
-permit(principal, action, resource);
-
-@id("destructive-waits")
-@approval("operator")
-permit(principal, action == Action::"call", resource is Tool) when { resource.destructive };
-"""
 
 
 async def calls_of(stack: Stack) -> list[dict[str, Any]]:
@@ -55,7 +47,7 @@ async def held_on(holder: Stack, other: Stack, path: Path, outcome: dict[str, An
 
 async def test_a_call_held_by_one_replica_is_decided_through_another(tmp_path: Path, postgres_url: str) -> None:
     policies = tmp_path / "policies.cedar"
-    policies.write_text(POLICIES)
+    policies.write_text(WAITS)
     tables = {"policy": {"files": [str(policies)], "approval_timeout": 120}}
     servers = {"echo": echo_server()}
     async with open_replicas(tmp_path, 2, servers, state_url=postgres_url, tables=tables) as (first, second):
