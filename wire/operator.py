@@ -16,6 +16,8 @@ import msgspec
 # operator's approval (name: the call's id; the request's `reason` for deny). "operator": a command
 # that changed something, for the activity log (name: its target, tools: [command], reason: by whom).
 Action = Literal["pending", "inspect", "approve", "block", "account", "calls", "allow", "deny", "operator"]
+# How much harm the security analysis sees in a finding, a tool or a server.
+Risk = Literal["low", "medium", "high"]
 
 
 class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
@@ -32,9 +34,11 @@ class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class Finding(msgspec.Struct, kw_only=True, frozen=True):
+    """One suspicious pattern the security analysis found in a tool definition (frontend/gate/security.py)."""
+
     kind: str
     rule: str
-    severity: str
+    severity: Risk
     evidence: str
     location: str = "description"
     detail: str = ""
