@@ -247,6 +247,14 @@ class Upstreams:
             if not view.login
             for tool in self.gate.withheld(server, view.tools)
         }
+        if self.gate.calls.policy.active:  # what the policies hide is asked for beyond `limit` as well
+            withheld |= {
+                (server, tool["name"])
+                for server, view in views.items()
+                if not view.login
+                for tool in view.tools
+                if not self.listed("tool", server, tool)
+            }
         index, vector = self.index, None
         if self.ranking is not None:
             vector = await self.ranking.query_vector(query, views, fallback=self.index.status)
@@ -258,8 +266,6 @@ class Upstreams:
                 continue
             definition = self._definition(views[hit.server], hit.tool)
             if definition is None:  # the index lags the catalog by one change at most
-                continue
-            if not views[hit.server].login and not self.listed("tool", hit.server, definition):
                 continue
             found.append((hit, definition))
             if len(found) == limit:
