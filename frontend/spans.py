@@ -153,6 +153,22 @@ def _failed(span: Span, code: int, message: str | None) -> str:
     return error_type
 
 
+def _policy(decision: str, policies: tuple[str, ...]) -> dict[str, Any]:
+    found: dict[str, Any] = {"mcpvisor.policy.decision": decision} if decision else {}
+    if policies:
+        found["mcpvisor.policy.ids"] = list(policies)
+    return found
+
+
+def gate_passed(decision: str, policies: tuple[str, ...]) -> None:
+    """The gate let the call through: said on the door's span (current while the door runs the call)."""
+    if telemetry.active is None:
+        return
+    span = trace_api.get_current_span()
+    span.add_event("gate", {"mcpvisor.gate.decision": "allowed", **_policy(decision, policies)})
+    span.set_attribute("mcpvisor.gate.decision", "allowed")
+
+
 class RequestSpans:
     """Server middleware: the span of each request the SDK's server serves, current while it runs."""
 
@@ -209,9 +225,11 @@ class Door:
         self._own = own  # the request span the door opened itself (a short path's request)
         self._request = request  # the request span this door's span is (or is below)
 
-    def refused(self, reason: str) -> None:
-        """The gate stopped the call: quarantine, pinning (changed since approval), destructive, login."""
-        self.span.add_event("gate", {"mcpvisor.gate.decision": "refused", "mcpvisor.gate.reason": reason})
+    def refused(self, reason: str, decision: str = "", policies: tuple[str, ...] = ()) -> None:
+        """The gate stopped the call: policy, quarantine, pinning (changed since approval), destructive,
+        login; a policy's refusal names its decision and the policies that made it."""
+        event = {"mcpvisor.gate.decision": "refused", "mcpvisor.gate.reason": reason, **_policy(decision, policies)}
+        self.span.add_event("gate", event)
         self.span.set_attributes({"mcpvisor.gate.decision": "refused", "error.type": "refused"})
         self.span.set_status(StatusCode.ERROR, f"refused by the gate: {reason}")
 

@@ -701,6 +701,70 @@ class OAuthResourceConfig(_Strict):
 JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA", "Ed25519")
 
 
+class ToolLimit(_Strict):
+    """`[[policy.limits]]`: calls per minute and calls in flight of the tools a pattern names, per tenant.
+
+    Each tenant the rule names has its own count: with `tenant = "*"`, alice and bob each get the
+    limit. A call over any rule that matches it is refused at once with a tool error that says when
+    to retry.
+    """
+
+    tools: Annotated[
+        str,
+        msgspec.Meta(
+            description='The tools, as a glob over `server:tool` ("search:*", "*:delete_*", "github:create_issue").'
+        ),
+    ]
+    tenant: Annotated[
+        str,
+        msgspec.Meta(
+            description='The tenant the rule counts for, or "*" for each tenant; "local" is the workstation user and'
+            " operators."
+        ),
+    ] = "*"
+    calls_per_minute: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="A token bucket of calls per minute; over it, a tool error with Retry-After."),
+    ] = None
+    max_in_flight: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="Calls running at once; more are refused at once."),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.calls_per_minute is None and self.max_in_flight is None:
+            raise ValueError(f"policy.limits for {self.tools!r}: give calls_per_minute, max_in_flight or both")
+
+
+class PolicyConfig(_Strict):
+    """`[policy]`: who may see and call which tool with which arguments (Cedar policies), and per-tool limits.
+
+    Without this table every tool a tenant's servers offer is listed and callable, as before.
+    """
+
+    files: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Cedar policy files (a relative path is relative to the config file); `mcpvisor check`"
+            " validates them. With files, a call no policy permits is refused."
+        ),
+    ] = []
+    mode: Annotated[
+        Literal["enforce", "dry-run"],
+        msgspec.Meta(
+            description='"enforce" refuses what the policies deny; "dry-run" decides and records ("would deny",'
+            ' "would wait for approval") but refuses nothing.'
+        ),
+    ] = "enforce"
+    approval_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(description="Seconds a call that needs an operator's approval waits before it is refused."),
+    ] = 300.0
+    limits: Annotated[
+        list[ToolLimit], msgspec.Meta(description="Calls per minute and in flight per (tenant, tool pattern).")
+    ] = []
+
+
 REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 

@@ -13,6 +13,7 @@ import msgspec
 from mcpvisor.wire.config import ServerConfig, TenantConfig
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.operator import Action, OperatorResult
+from mcpvisor.wire.policy_sources import PolicyBundle
 from mcpvisor.wire.states import ProcessState, UpstreamState
 
 
@@ -157,11 +158,12 @@ class Report(_Msg, tag="report"):
 
 
 class ConfigChanged(_Msg, tag="config"):
-    """Supervisor -> frontend (events): the servers or tenants tables changed; payload-free, data inline."""
+    """Supervisor -> frontend (events): the servers or tenants tables (or the policies) changed; data inline."""
 
     servers: dict[str, ServerConfig]
     version: int = 0
     tenants: dict[str, TenantConfig] = {}
+    policies: PolicyBundle | None = None
 
 
 class OperatorRequest(_Msg, tag="opreq"):
@@ -171,6 +173,7 @@ class OperatorRequest(_Msg, tag="opreq"):
     action: Action
     name: str = ""
     tools: list[str] = []
+    reason: str = ""  # an operator's reason for denying a waiting call
 
 
 class OperatorReply(_Msg, tag="oprep"):
