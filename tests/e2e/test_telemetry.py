@@ -189,15 +189,27 @@ async def test_one_call_is_one_tree_from_the_client_through_mcpvisor_into_a_stdi
             assert told == {"result": ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"]}
 
 
-async def test_code_execution_calls_a_refused_call_and_an_http_traceparent(tmp_path: Path) -> None:
+POLICIES = """
+@id("baseline")
+permit(principal, action, resource);
+
+@id("nobody-fails")
+@reason("traced:fail is for no one")
+forbid (principal, action == Action::"call", resource == Tool::"traced:fail");
+"""
+
+
+async def test_code_execution_calls_refused_calls_and_an_http_traceparent(tmp_path: Path) -> None:
     with otlp_receiver() as receiver:
         servers = {
             "traced": traced_upstream(receiver),
             "held": traced_upstream(receiver, "--name", "held") | {"quarantined": True},
         }
         settings = {"enable_code_execution": True}
+        (tmp_path / "policies.cedar").write_text(POLICIES)
+        tables = {"policy": {"files": ["policies.cedar"]}}
         async with open_stack(
-            tmp_path, servers, env=exporting_to(receiver), settings=settings, wait_for=["traced"]
+            tmp_path, servers, env=exporting_to(receiver), settings=settings, wait_for=["traced"], tables=tables
         ) as stack:
             trace_id, client_span, meta = client_context()
             code = (
@@ -239,6 +251,23 @@ async def test_code_execution_calls_a_refused_call_and_an_http_traceparent(tmp_p
             assert "error" not in answer.text
             spans = await receiver.wait_for(lambda r: len(r.trace(header_trace)) >= 4 and r.trace(header_trace))
             assert only(spans, role="frontend", name="tools/call traced:echo").parent_id == header_span
+
+            # A policy's refusal names the policy; a call let through names the policies that allowed it.
+            _, _, meta = client_context()
+            async with stack.client("/mcp/direct") as client:
+                forbidden = await client.call_tool("traced:fail", {"message": ARGUMENT}, meta=meta)
+            assert forbidden.is_error and "for no one" in forbidden.content[0].text
+            refused = await receiver.wait_for_span(
+                lambda s: s.role == "frontend" and s.name == "tools/call traced:fail"
+            )
+            assert (refused.status, refused.attributes["error.type"]) == ("ERROR", "refused")
+            gate = {"mcpvisor.gate.decision": "refused", "mcpvisor.gate.reason": "policy"}
+            assert [attributes for name, attributes in refused.events if name == "gate"] == [
+                {**gate, "mcpvisor.policy.decision": "deny", "mcpvisor.policy.ids": ["nobody-fails"]}
+            ]
+            assert [name for name, _ in made.events] == ["gate"]
+            assert made.events[0][1]["mcpvisor.gate.decision"] == "allowed"
+            assert "baseline" in made.events[0][1]["mcpvisor.policy.ids"]
 
             everything = mcpvisors(receiver.spans())
             assert not [span.name for span in everything if ARGUMENT in span.text()]
