@@ -2,8 +2,9 @@
 
 A request's span (SERVER, named by the MCP conventions: `tools/call echo:echo`) has the client's
 span as its parent: the one in `params._meta`, else the HTTP `traceparent` header, else none (the
-request starts a trace). The SDK's server opens it in `RequestSpans`, a middleware; a request a
-short path answers has it opened by the door, which then finds none current.
+request starts a trace). A road that serves requests opens it with `serving`: the SDK's server in
+`RequestSpans`, a middleware. A request a short path answers has it opened by the door, which then
+finds none current.
 
 The door's part (`Door`) is that same span when the request is the call itself (a tool of
 /mcp/direct, of a server's own endpoint, a resource read), and a child span when a built-in tool
@@ -169,12 +170,66 @@ def gate_passed(decision: str, policies: tuple[str, ...]) -> None:
     span.set_attribute("mcpvisor.gate.decision", "allowed")
 
 
+class Served:
+    """What a road tells the span of a request it serves: an error answer, or a tool's failure."""
+
+    __slots__ = ("error_type", "serving", "tel")
+
+    def __init__(self, tel: telemetry.Telemetry, serving: _Serving) -> None:
+        self.tel = tel
+        self.serving = serving
+        self.error_type: str | None = None
+
+    def error(self, code: int, message: str) -> None:
+        """The request was answered with a JSON-RPC error. The message may quote an upstream's, which
+        may echo what the client sent: the code alone, unless the operator asked for arguments."""
+        self.error_type = _failed(self.serving.span, code, message[:300] if self.tel.record_arguments else None)
+
+    def result(self, result: Any) -> None:
+        """The request was answered with `result` (a tool's `isError: true` is a failure too)."""
+        if self.serving.method == "tools/call" and _tool_error(result):
+            self.error_type = _error_type(self.serving.span) or "tool_error"
+            if self.error_type == "tool_error":
+                mcp_spans.set_tool_error(self.serving.span)
+
+
+@contextmanager
+def serving(
+    method: str, params: Mapping[str, Any] | None, headers: Mapping[str, Any] | None, **attributes: Any
+) -> Iterator[Served | None]:
+    """The span of one MCP request the frontend serves, current while it is served: for any road
+    (the SDK's server through `RequestSpans`, or an engine of the frontend's own). None while off.
+
+    `headers` are the HTTP request's trace headers (the parent when `params._meta` names none);
+    `attributes` the conventions' that the road knows (`mcp.protocol.version`, `mcp.session.id`,
+    `jsonrpc.request.id`, `mcpvisor.endpoint`).
+    """
+    tel = telemetry.active
+    if tel is None:
+        yield None
+        return
+    opened = _open(tel, method, params, headers, attributes)
+    served = Served(tel, opened)
+    token = _serving.set(opened)
+    try:
+        with trace_api.use_span(opened.span, record_exception=False, set_status_on_exception=False):
+            yield served
+    except BaseException as exc:
+        if served.error_type is None:
+            served.error_type = type(exc).__name__
+            opened.span.set_attribute("error.type", served.error_type)
+            opened.span.set_status(StatusCode.ERROR)
+        raise
+    finally:
+        _serving.reset(token)
+        _close(tel, opened, served.error_type)
+
+
 class RequestSpans:
     """Server middleware: the span of each request the SDK's server serves, current while it runs."""
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        tel = telemetry.active
-        if tel is None:
+        if telemetry.active is None:
             return await call_next(ctx)
         extra: dict[str, Any] = {"mcp.protocol.version": ctx.protocol_version}
         if ctx.request_id is not None:
@@ -186,32 +241,16 @@ class RequestSpans:
         path = getattr(getattr(request, "url", None), "path", None)
         if isinstance(path, str):
             extra["mcpvisor.endpoint"] = path
-        serving = _open(tel, ctx.method, ctx.params, _headers_of(request), extra)
-        token = _serving.set(serving)
-        error_type: str | None = None
-        try:
-            with trace_api.use_span(serving.span, record_exception=False, set_status_on_exception=False):
+        with serving(ctx.method, ctx.params, _headers_of(request), **extra) as served:
+            if served is None:  # telemetry stopped meanwhile: the process is on its way out
+                return await call_next(ctx)
+            try:
                 result = await call_next(ctx)
-        except MCPError as exc:
-            # An error may quote an upstream's message, which may echo what the client sent: the
-            # code alone, unless the operator asked for arguments to be recorded.
-            message = exc.error.message[:300] if tel.record_arguments else None
-            error_type = _failed(serving.span, exc.error.code, message)
-            raise
-        except BaseException as exc:
-            error_type = type(exc).__name__
-            serving.span.set_attribute("error.type", error_type)
-            serving.span.set_status(StatusCode.ERROR)
-            raise
-        else:
-            if ctx.method == "tools/call" and _tool_error(result):
-                error_type = _error_type(serving.span) or "tool_error"
-                if error_type == "tool_error":
-                    mcp_spans.set_tool_error(serving.span)
+            except MCPError as exc:
+                served.error(exc.error.code, exc.error.message)
+                raise
+            served.result(result)
             return result
-        finally:
-            _serving.reset(token)
-            _close(tel, serving, error_type)
 
 
 class Door:
