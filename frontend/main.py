@@ -38,7 +38,7 @@ from mcpvisor.frontend.gate.tool_limits import ToolLimits
 from mcpvisor.frontend.gate.waiting_calls import WaitingCalls
 from mcpvisor.frontend.stacks import Shared, Stacks
 from mcpvisor.frontend.tools.code_execution import Confinement
-from mcpvisor.runtime import lifetime, logs, script_runner
+from mcpvisor.runtime import lifetime, logs, script_runner, telemetry
 from mcpvisor.store.state_db import is_shared, open_store
 from mcpvisor.store.tokens import TokenStore
 from mcpvisor.wire import codec, frontend_spec
@@ -280,7 +280,7 @@ class Departure:
 
 
 async def main(spec: frontend_spec.FrontendSpec) -> None:
-    async with trio.open_nursery() as nursery:
+    async with telemetry.running("frontend"), trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             departure: Departure | None = None
 

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from mcpvisor.runtime import bwrap, logs, trust
+from mcpvisor.runtime import bwrap, logs, telemetry, trust
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.wire import tenant_secrets
 from mcpvisor.wire.config import ConfigError
@@ -56,6 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
     configstore.remove_stale_temp(path)
+    # Before anything starts: the frontend and the workers inherit the variables the table sets.
+    telemetry.apply_table(config.telemetry)
     shared = None
     if config.mcpvisor.state_url:
         from mcpvisor.store.state_url import StateStoreError

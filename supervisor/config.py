@@ -23,6 +23,7 @@ from mcpvisor.wire.config import (
     SearchConfig,
     ServerConfig,
     Settings,
+    TelemetryConfig,
     TenantConfig,
     parse_listen,
     server_name_problem,
@@ -64,6 +65,10 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
         PolicyConfig | None,
         msgspec.Meta(description="Cedar policies: who may see and call which tool; operator approvals; tool limits."),
     ] = None
+    telemetry: Annotated[
+        TelemetryConfig,
+        msgspec.Meta(description="OpenTelemetry traces and metrics, as the standard OTEL_* variables set them."),
+    ] = msgspec.field(default_factory=TelemetryConfig)
 
     @property
     def authenticated(self) -> bool:

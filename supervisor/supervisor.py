@@ -18,6 +18,7 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.runtime import telemetry
 from mcpvisor.runtime.forkserver import ForkServer
 from mcpvisor.runtime.logs import log_stem
 from mcpvisor.runtime.replies import PendingReplies
@@ -655,6 +656,8 @@ class Supervisor:
             "uptime": round(time.monotonic() - program.started_at, 1) if program.pid else 0,
             "restarts": max(program.spawns - 1, 0),
         }
+        if report is not None and report.spans_dropped:
+            row["spans_dropped"] = report.spans_dropped  # telemetry the process could not export
         if program.name.startswith(WORKER_PREFIX):
             row["upstream"] = str(report.upstream_state) if report and report.upstream_state else ""
             row["tools"] = report.tools if report else 0
@@ -859,7 +862,7 @@ async def serve(config: Config, config_path: Path, shared: SharedState | None = 
         config = await trio.to_thread.run_sync(shared.overlay, base)
     supervisor = Supervisor(config, config_path, shared=shared, base=base)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with trio.open_nursery() as nursery:
+        async with telemetry.running("supervisor"), trio.open_nursery() as nursery:
 
             async def handle_signals() -> None:
                 async for signum in signals:

@@ -887,6 +887,69 @@ class SearchConfig(_Strict):
             raise ValueError("search.embedding_url must start with http:// or https://")
 
 
+class TelemetryConfig(_Strict):
+    """The `[telemetry]` table: OpenTelemetry traces and metrics, each key one of the standard `OTEL_*` variables.
+
+    A variable set in mcpvisor's environment wins over its key. Telemetry is off unless an exporter
+    or an endpoint is configured, here or in the environment; the table is read when mcpvisor starts.
+    """
+
+    exporter: Annotated[
+        str | None,
+        msgspec.Meta(description="Where spans go (`OTEL_TRACES_EXPORTER`): `otlp`, `console` or `none`."),
+    ] = None
+    metrics_exporter: Annotated[
+        str | None,
+        msgspec.Meta(description="Where the MCP duration histograms go (`OTEL_METRICS_EXPORTER`): `otlp` or `none`."),
+    ] = None
+    endpoint: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The collector's base URL (`OTEL_EXPORTER_OTLP_ENDPOINT`), e.g. `http://127.0.0.1:4318`; "
+            "setting it alone turns traces and metrics on with the `otlp` exporter."
+        ),
+    ] = None
+    protocol: Annotated[
+        Literal["grpc", "http/protobuf"] | None,
+        msgspec.Meta(description="The OTLP protocol (`OTEL_EXPORTER_OTLP_PROTOCOL`); the SDK's default is `grpc`."),
+    ] = None
+    headers: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="Headers sent to the collector (`OTEL_EXPORTER_OTLP_HEADERS`); put a credential as "
+            "${env:NAME} or ${file:PATH}."
+        ),
+    ] = {}
+    sampler: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="`OTEL_TRACES_SAMPLER`, e.g. `parentbased_traceidratio`; the default follows the client's "
+            "decision and samples every trace it starts."
+        ),
+    ] = None
+    sampler_arg: Annotated[
+        float | str | None,
+        msgspec.Meta(description="`OTEL_TRACES_SAMPLER_ARG`: for a ratio sampler, the share of traces kept (0 to 1)."),
+    ] = None
+    service_name: Annotated[
+        str | None,
+        msgspec.Meta(description="`service.name` of every process (`OTEL_SERVICE_NAME`); `mcpvisor` if unset."),
+    ] = None
+    resource_attributes: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="More resource attributes (`OTEL_RESOURCE_ATTRIBUTES`), such as `deployment.environment`."
+        ),
+    ] = {}
+    record_arguments: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Record tool arguments and results on spans, redacted and cut at 16 KB as the activity log "
+            "keeps them; off by default, as they may hold what a client should not leak."
+        ),
+    ] = False
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or (":" in host and not host.startswith("[")):

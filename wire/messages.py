@@ -58,6 +58,9 @@ class Request(_Msg, tag="req"):
     method: str
     timeout: float
     activity_id: str = ""  # the activity log's request id, so the worker's lines for the call carry it
+    # The frontend's span of this request as the OpenTelemetry propagators write it (`traceparent`,
+    # `tracestate`, `baggage`): the parent of the worker's span. Empty while telemetry is off.
+    trace_context: dict[str, str] = {}
 
 
 class Cancel(_Msg, tag="cancel"):
@@ -151,6 +154,7 @@ class Report(_Msg, tag="report"):
     discoveries: int = 0
     connect_seconds: float = 0.0  # the upstream's own start: transport opened to initialize answered
     waiting: bool = False  # the upstream waits for the operator (a secret it needs is missing): not a crash
+    spans_dropped: int = 0  # spans this process could not hand to the collector (telemetry), for /metrics
 
 
 class ConfigChanged(_Msg, tag="config"):

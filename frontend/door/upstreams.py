@@ -12,13 +12,14 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
 import trio
 
+from mcpvisor.frontend import spans
 from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.catalog import Catalog, ServerView, exposed_name, split_name
 from mcpvisor.frontend.door.gatekeeper import Gate, approve_command
@@ -40,6 +41,7 @@ from mcpvisor.frontend.gate.activity import (
     with_request_id,
 )
 from mcpvisor.frontend.tool_args import error_result
+from mcpvisor.runtime import telemetry
 from mcpvisor.store import oauth_store
 from mcpvisor.wire.config import ServerConfig, Settings
 from mcpvisor.wire.errors import INVALID_PARAMS, ErrorCode, WireError
@@ -53,6 +55,9 @@ UNAVAILABLE = -32000  # JSON-RPC server error: the server exists but cannot take
 MAX_ELICITATIONS = 8  # per server, the clients told when its login completes
 LOGIN_START_TIMEOUT = 45.0  # the worker discovers the authorization server and registers before it has a URL
 LOGGED_METHODS = frozenset({"resources/read", "prompts/get"})  # besides tools/call
+RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+# Failures whose message is the upstream's own words, which may echo what the client sent.
+_UPSTREAMS_WORDS = frozenset({"upstream_error", "bad_request", ""})
 
 Kind = Literal["tool", "resource", "prompt"]
 
@@ -70,12 +75,16 @@ class NotFound(Exception):
 
 
 class UpstreamError(Exception):
-    """The call reached the worker and failed there (timeout, upstream gone, busy, an MCP error)."""
+    """The call reached the worker and failed there (timeout, upstream gone, busy, an MCP error).
 
-    def __init__(self, code: int, message: str) -> None:
+    `reason` names the wire's error code (`timeout`, `upstream_error`, ...) where one is known.
+    """
+
+    def __init__(self, code: int, message: str, *, reason: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.reason = reason
 
 
 class LoginRequired(UpstreamError):
@@ -104,11 +113,18 @@ class ToolTarget:
 
 
 class Refused(Exception):
-    """The gate refused a call; `answer` is the tool result that explains why (nothing ran)."""
+    """The gate refused a call; `answer` is the tool result that explains why (nothing ran).
 
-    def __init__(self, answer: dict[str, Any]) -> None:
+    `reason` is one word for what stopped it: policy, quarantine, pinning, destructive or login.
+    """
+
+    def __init__(
+        self, answer: dict[str, Any], reason: str = "", *, policy: tuple[str, tuple[str, ...]] = ("", ())
+    ) -> None:
         super().__init__("refused by the gate")
         self.answer = answer
+        self.reason = reason
+        self.policy = policy  # a policy's refusal: its decision and the ids of the policies that made it
 
 
 class Upstreams:
@@ -419,6 +435,49 @@ class Upstreams:
         what: str = "",
         activity_id: str = "",
     ) -> bytes | dict[str, Any]:
+        """`_request` in the door's span, while telemetry is on."""
+        if telemetry.active is None:
+            return await self._request(server, method, params, call, what=what, activity_id=activity_id)
+        name = params.get("uri" if method in RESOURCE_METHODS else "name")
+        run = functools.partial(self._request, server, method, params, call, what=what, activity_id=activity_id)
+        return await self._in_door(method, server, name if isinstance(name, str) else "", params, call, "", run)
+
+    async def _in_door(
+        self,
+        method: str,
+        server: str,
+        name: str,
+        params: dict[str, Any],
+        call: ClientCall | None,
+        via: str,
+        run: Callable[[], Awaitable[bytes | dict[str, Any]]],
+    ) -> bytes | dict[str, Any]:
+        """`run()` in the door's span: the gate's refusal, a failure or the answer is told on it."""
+        worker = self.worker_id(server)
+        with spans.door(self.tenant, method, server, name, params, call, via=via, worker=worker) as door:
+            if door is None:
+                return await run()
+            try:
+                result = await run()
+            except Refused as refused:
+                door.refused(refused.reason, *refused.policy)
+                raise
+            except UpstreamError as exc:
+                door.failed(exc.code, exc.message, exc.reason, own=exc.reason not in _UPSTREAMS_WORDS)
+                raise
+            door.answered(method, result)
+            return result
+
+    async def _request(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        call: ClientCall | None = None,
+        *,
+        what: str = "",
+        activity_id: str = "",
+    ) -> bytes | dict[str, Any]:
         """Run one request on a server's upstream: the result's JSON bytes; UpstreamError on failure.
 
         With the client's call, the upstream's progress, logs and questions go back to that client.
@@ -440,9 +499,10 @@ class Upstreams:
             return await self.router.request(server, method, params, timeout, call, activity_id=activity_id)
         except WireError as exc:
             if exc.code is ErrorCode.LOGIN_REQUIRED:
-                raise LoginRequired(exc.jsonrpc_code, exc.message) from None
+                raise LoginRequired(exc.jsonrpc_code, exc.message, reason=exc.code.name.lower()) from None
             # Name what was called ("Tool 'github:create_issue': ..."), not only the server.
-            raise UpstreamError(exc.jsonrpc_code, f"{what}: {exc.message}" if what else exc.message) from None
+            message = f"{what}: {exc.message}" if what else exc.message
+            raise UpstreamError(exc.jsonrpc_code, message, reason=exc.code.name.lower()) from None
 
     # -- a tenant's own upstream accounts --------------------------------------------------------
 
@@ -500,6 +560,25 @@ class Upstreams:
         tasks: bool = False,
         client: str = "",
     ) -> bytes | dict[str, Any]:
+        """`_call_tool` in the door's span, while telemetry is on: the gate's decision, how it ended."""
+        options: dict[str, Any] = {"intent": intent, "destructive": destructive, "tasks": tasks, "client": client}
+        if telemetry.active is None:
+            return await self._call_tool(target, params, call, via=via, **options)
+        run = functools.partial(self._call_tool, target, params, call, via=via, **options)
+        return await self._in_door("tools/call", target.server, target.name, params, call, via, run)
+
+    async def _call_tool(
+        self,
+        target: ToolTarget,
+        params: dict[str, Any],
+        call: ClientCall | None = None,
+        *,
+        via: str,
+        intent: dict[str, Any] | None = None,
+        destructive: bool = True,
+        tasks: bool = False,
+        client: str = "",
+    ) -> bytes | dict[str, Any]:
         """Call an upstream tool through the gate, recorded in the activity log.
 
         `via` names the path the call came by (`direct`, `call_tool_read`, `proxy`, ...); without
@@ -537,8 +616,9 @@ class Upstreams:
 
         if target.login:
             other = "" if target.tool == LOGIN_TOOL else target.tool
-            raise Refused(await self.connect_account(target.server, call, tool=other))
+            raise Refused(await self.connect_account(target.server, call, tool=other), "login")
         refusal = self.gate.refusal(target, self.catalog)
+        gated = refusal is not None
         if refusal is None and target.destructive and not destructive:
             refusal = error_result(
                 f"Tool '{target.name}' is marked destructive by its server (destructiveHint: true): "
@@ -546,7 +626,7 @@ class Upstreams:
             )
         if refusal is not None:
             record("blocked")
-            raise Refused(refusal)
+            raise Refused(refusal, "quarantine" if target.quarantined else "pinning" if gated else "destructive")
         try:
             passed = await self.gate.calls.admit(
                 tenant=self.tenant,
@@ -564,8 +644,9 @@ class Upstreams:
         except call_policy.Stopped as stopped:
             decided = (stopped.decision, stopped.policies)
             record("blocked")
-            raise Refused(stopped.answer) from None
+            raise Refused(stopped.answer, "policy", policy=(stopped.decision, stopped.policies)) from None
         decided = (passed.decision, passed.policies)
+        spans.gate_passed(passed.decision, passed.policies)
         in_flight = self.metrics.in_flight.labels(self.worker_id(target.server)) if self.metrics is not None else None
         tasks = tasks and call is not None and call.modern and request_opts_in(call.ctx.params)
         if tasks and self.offers_tasks(target.server):
@@ -579,7 +660,7 @@ class Upstreams:
         except LoginRequired:
             record("error")
             # Never a bare failure: the same answer as the login tool's, the link to log in again.
-            raise Refused(await self.connect_account(target.server, call, tool=target.tool)) from None
+            raise Refused(await self.connect_account(target.server, call, tool=target.tool), "login") from None
         except UpstreamError:
             record("error")
             raise

@@ -24,7 +24,7 @@ import trio
 from mcpvisor.frontend.gate.store_writer import StoreWriter
 from mcpvisor.store import audit_chain
 from mcpvisor.store.state_db import STORE_ERRORS
-from mcpvisor.wire.redaction import redact_secrets
+from mcpvisor.wire.redaction import redacted_json
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +134,7 @@ def trace_context(call: Any, params: Mapping[str, Any]) -> tuple[str, str]:
 
 def stored_text(value: Any) -> str | None:
     """Arguments or a result as redacted JSON text (arguments may still be raw JSON bytes here)."""
-    try:
-        data = value if isinstance(value, bytes) else msgspec.json.encode(value)
-    except (TypeError, msgspec.EncodeError):
-        return None
-    # Redact a wider window than is kept, so no secret cut at the limit survives as a fragment.
-    return redact_secrets(data[: 2 * STORED_TEXT_LIMIT].decode(errors="replace"))[:STORED_TEXT_LIMIT]
+    return redacted_json(value, STORED_TEXT_LIMIT)
 
 
 class ActivityLog:
