@@ -2,8 +2,9 @@
 a bounded batch queue, and count of every span that never reached the collector.
 
 Imported only by `telemetry.setup`, and only when telemetry is configured: it is what loads the SDK.
-The exporters are chosen by the SDK's own reading of the variables (`OTEL_TRACES_EXPORTER`, the
-OTLP protocol, entry points), so mcpvisor accepts exactly what any OpenTelemetry SDK does.
+The exporters are found as every OpenTelemetry SDK finds them (`OTEL_TRACES_EXPORTER`, the OTLP
+protocol, the exporters' entry points) and the sampler is the SDK's own reading of
+`OTEL_TRACES_SAMPLER`, so mcpvisor accepts what any OpenTelemetry SDK does.
 """
 
 from __future__ import annotations
@@ -12,16 +13,11 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace as trace_api
-from opentelemetry.sdk._configuration import (
-    _get_exporter_entry_point,
-    _get_sampler,
-    _import_exporters,
-    _import_sampler,
-)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
@@ -224,6 +220,29 @@ def _tracer_provider_options() -> dict[str, Any]:
     return {"_tracer_configurator": _sdk_tracer_off}
 
 
+# What `otlp` means for each OTLP protocol, as the specification names the protocols.
+_OTLP_BY_PROTOCOL = {"grpc": "otlp_proto_grpc", "http/protobuf": "otlp_proto_http"}
+
+
+def exporter_class(name: str, signal: str, environ: Mapping[str, str]) -> type[Any]:
+    """The exporter class `name` stands for, found as every OpenTelemetry SDK finds it: through the
+    `opentelemetry_<signal>_exporter` entry points, `otlp` meaning the one of the configured protocol
+    (`OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`, else gRPC)."""
+    if name == "otlp":
+        protocol = (
+            environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+            or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+            or "grpc"
+        ).strip()
+        if protocol not in _OTLP_BY_PROTOCOL:
+            raise RuntimeError(f"unsupported OTLP protocol {protocol!r} (grpc or http/protobuf)")
+        name = _OTLP_BY_PROTOCOL[protocol]
+    found = entry_points(group=f"opentelemetry_{signal}_exporter", name=name)
+    if not found:
+        raise RuntimeError(f"no {signal} exporter named {name!r} is installed")
+    return next(iter(found)).load()
+
+
 def resource(role: str, attributes: Mapping[str, str]) -> Resource:
     """The process's resource: `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` (`mcpvisor` if neither
     names the service), its role and pid, and `attributes` (`mcpvisor.worker_id`, ...)."""
@@ -254,20 +273,17 @@ def build(role: str, attributes: Mapping[str, str], environ: Mapping[str, str]) 
     # and a log record made per span would cost more than the span.
     logging.getLogger("opentelemetry.sdk._shared_internal").setLevel(logging.ERROR)
 
-    span_exporters, metric_exporters, _ = _import_exporters(
-        [_get_exporter_entry_point(name, "traces") for name in exporter_names("traces", environ)],
-        [_get_exporter_entry_point(name, "metrics") for name in exporter_names("metrics", environ)],
-        [],
-    )
+    span_exporters = [exporter_class(name, "traces", environ) for name in exporter_names("traces", environ)]
+    metric_exporters = [exporter_class(name, "metrics", environ) for name in exporter_names("metrics", environ)]
     process_resource = resource(role, attributes)
     tracer_provider = TracerProvider(
         resource=process_resource,
-        sampler=_import_sampler(_get_sampler()),  # None: the SDK's own reading of OTEL_TRACES_SAMPLER
+        # No sampler given: the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG itself.
         shutdown_on_exit=False,  # flushed by the process itself, within FLUSH_TIMEOUT
         **_tracer_provider_options(),
     )
-    for exporter_class in span_exporters.values():
-        processor = BatchSpanProcessor(_CountingSpanExporter(exporter_class(), deliveries))
+    for span_exporter in span_exporters:
+        processor = BatchSpanProcessor(_CountingSpanExporter(span_exporter(), deliveries))
         _count_queue_drops(processor, deliveries)
         tracer_provider.add_span_processor(processor)
     trace_api.set_tracer_provider(tracer_provider)
@@ -275,11 +291,11 @@ def build(role: str, attributes: Mapping[str, str], environ: Mapping[str, str]) 
     meter_provider = None
     if metric_exporters:
         readers: list[MetricReader] = []
-        for exporter_class in metric_exporters.values():
-            if issubclass(exporter_class, MetricReader):
-                readers.append(exporter_class())
+        for metric_exporter in metric_exporters:
+            if issubclass(metric_exporter, MetricReader):
+                readers.append(metric_exporter())
             else:
-                readers.append(PeriodicExportingMetricReader(_CountingMetricExporter(exporter_class(), deliveries)))
+                readers.append(PeriodicExportingMetricReader(_CountingMetricExporter(metric_exporter(), deliveries)))
         meter_provider = MeterProvider(resource=process_resource, metric_readers=readers, shutdown_on_exit=False)
         metrics_api.set_meter_provider(meter_provider)
     return tracer_provider, meter_provider, deliveries

@@ -106,6 +106,24 @@ def test_the_environment_wins_over_the_table_and_a_missing_secret_leaves_the_tab
     assert "NOT_SET_HERE" in caplog.text and "not used" in caplog.text
 
 
+def test_otlp_means_the_exporter_of_the_configured_protocol_found_by_its_entry_point() -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+    assert telemetry_export.exporter_class("otlp", "traces", {}) is GrpcSpans
+    assert (
+        telemetry_export.exporter_class("otlp", "traces", {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}) is HttpSpans
+    )
+    per_signal = {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf"}
+    assert telemetry_export.exporter_class("otlp", "metrics", per_signal) is HttpMetrics
+    assert telemetry_export.exporter_class("otlp_proto_http", "traces", {}) is HttpSpans
+    with pytest.raises(RuntimeError, match="unsupported OTLP protocol 'http/json'"):
+        telemetry_export.exporter_class("otlp", "traces", {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+    with pytest.raises(RuntimeError, match="no traces exporter named 'zipkin-ish'"):
+        telemetry_export.exporter_class("zipkin-ish", "traces", {})
+
+
 def test_the_resource_names_mcpvisor_the_role_and_the_pid_unless_the_service_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
