@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.gate.approvals import Kind, ToolApprovals
+from mcpvisor.frontend.gate.call_policy import CallGate
 from mcpvisor.frontend.gate.security import analyze_server, render_report
 from mcpvisor.frontend.tool_args import text_result
 
@@ -26,10 +27,11 @@ def approve_command(server: str) -> str:
 
 
 class Gate:
-    """Quarantine and pins, checked on every listing and every call."""
+    """Quarantine and pins, checked on every listing and every call; and the policies (`calls`)."""
 
-    def __init__(self, approvals: ToolApprovals) -> None:
+    def __init__(self, approvals: ToolApprovals, calls: CallGate | None = None) -> None:
         self.approvals = approvals
+        self.calls = calls or CallGate()  # policies, per-tool limits, calls waiting for an operator
 
     def withheld(self, server: str, tools: Iterable[Mapping[str, Any]], kind: Kind = "tool") -> set[str]:
         """Names of the server's tools (or prompts) whose current definition nobody approved."""
