@@ -17,7 +17,7 @@ CONFIG = """\
 data_dir = "data"
 
 [servers.echo]
-command = "echo-server"
+command = "python3"  # any program that exists: `check` looks commands up
 
 [servers.time]
 command = "mcp-server-time"
