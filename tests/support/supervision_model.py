@@ -2,7 +2,8 @@
 
 `SupervisionMachine` is a `RuleBasedStateMachine` whose rules are what an operator or a fault does
 to a running mcpvisor: `ctl start|stop|restart|enable|disable|reread|update|shutdown`, SIGHUP,
-SIGTERM, SIGINT, edits of the config file, and `kill -9` of workers and upstreams. Its servers
+SIGTERM, SIGINT, edits of the config file, and `kill -9` of workers, upstreams, the frontend and
+the forkserver. Its servers
 are tests/upstreams/raw_server.py, each with a behaviour the config file gives it (and edits
 change): it runs well, crashes at start, crashes later, hangs on initialize, ignores SIGTERM, or
 exits cleanly. (An upstream that ends once it was ready is started again by its worker, which
@@ -293,7 +294,8 @@ class SupervisionMachine(RuleBasedStateMachine):
         rows = self._status()
         while time.monotonic() < deadline:
             rows = self._status()
-            if all(rows.get(n, {}).get("state") in m.settled() for n, m in self.model.servers.items()):
+            frontend = rows.get("frontend", {}).get("state") == "RUNNING"  # killed or not, it comes back
+            if frontend and all(rows.get(n, {}).get("state") in m.settled() for n, m in self.model.servers.items()):
                 return rows
             time.sleep(0.2)
         wrong = {
@@ -301,6 +303,8 @@ class SupervisionMachine(RuleBasedStateMachine):
             for name, m in self.model.servers.items()
             if rows.get(name, {}).get("state") not in m.settled()
         }
+        if rows.get("frontend", {}).get("state") != "RUNNING":
+            wrong["frontend"] = (rows.get("frontend", {}).get("state"), ["RUNNING"])
         raise Finding(f"not settled within {SETTLE:g}s (state, expected): {wrong}")
 
     def call(self, server: str) -> tuple[bool, str, float]:
@@ -450,10 +454,28 @@ class SupervisionMachine(RuleBasedStateMachine):
 
     # -- rules: faults ---------------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(SERVERS), which=st.sampled_from(["worker", "upstream"]))
+    @rule(name=st.sampled_from(SERVERS), which=st.sampled_from(["worker", "upstream", "frontend", "forkserver"]))
     def kill_9(self, name: str, which: str) -> None:
+        """SIGKILL a process: a server's worker or upstream, the frontend, or the forkserver's template."""
+        assert self.stack is not None
+        rows = self._status()
+        if which in ("frontend", "forkserver"):
+            if which == "frontend":
+                targets = {rows["frontend"]["pid"]} if rows["frontend"].get("pid") else set()
+            else:
+                targets = {
+                    pid
+                    for pid in _children(self.stack.process.pid)
+                    if "mcpvisor.workers.forkserver" in _command(pid)
+                    and pid not in {r.get("pid") for r in rows.values()}
+                }
+            for pid in targets:
+                with _suppress():
+                    os.kill(pid, signal.SIGKILL)
+            self.note(f"kill -9 {which}: {sorted(targets)}")
+            return
         server = self.model.servers[name]
-        row = self._status().get(name, {})
+        row = rows.get(name, {})
         worker = {row["pid"]} if row.get("pid") else set()
         targets = worker if which == "worker" else self.upstreams()[name]
         for pid in targets:
