@@ -523,6 +523,13 @@ class SupervisionMachine(RuleBasedStateMachine):
         forkserver = {pid for pid in children if "mcpvisor.workers.forkserver" in _command(pid)}
         strays = {pid for pid in children - known - forkserver if alive(pid)}
         if strays:
+            # A process just killed is not a zombie yet while the kernel tears it down (its command
+            # line already reads empty): judge again a moment later.
+            time.sleep(1.0)
+            strays = {pid for pid in strays & _children(supervisor) if alive(pid) and _command(pid)}
+            strays -= {row["pid"] for row in self._status().values() if row.get("pid")}
+            strays = {pid for pid in strays if "mcpvisor.workers.forkserver" not in _command(pid)}
+        if strays:
             raise Finding(f"children of the supervisor it does not know: {[(p, _command(p)) for p in strays]}")
         if len(forkserver - known) > 1:
             raise Finding(f"forked processes that are neither the forkserver nor a worker: {forkserver - known}")
