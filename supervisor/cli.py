@@ -43,6 +43,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
+    if (problem := _sandbox_limits(config)) is not None:
+        print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
+        return 1
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
     log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
@@ -75,6 +78,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if config_mod.needs_sandbox(config) and (problem := bwrap.probe()) is not None:
         print(f"mcpvisor: {path}: sandboxes are required but cannot be built: {problem}", file=sys.stderr)
         return 1
+    if (problem := _sandbox_limits(config)) is not None:
+        print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
+        return 1
     print(f"{path}: ok, {len(config.servers)} servers")
     # Per-tenant secret references ({tenant} in a path): which tenants lack which (never a value).
     tenants = {name: table.servers for name, table in config.tenants.items()}
@@ -85,6 +91,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"mcpvisor: {line}", file=sys.stderr)
         return 1 if refused else 0
     return 0
+
+
+def _sandbox_limits(config: config_mod.Config) -> str | None:
+    """Why the sandboxes' limits cannot hold here (a tenant's sandbox without a writable cgroup), or None."""
+    from mcpvisor.runtime.cgroups import cgroup_problem
+
+    return cgroup_problem(config.mcpvisor, config.servers, config.tenants)
 
 
 def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool, str] | None:

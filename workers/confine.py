@@ -236,13 +236,20 @@ def _tree_of(path: str) -> str:
     return path
 
 
-def prepare_home(home: str, uid: int | None) -> None:
-    """Create the sandbox's home (owned by its uid); its parents stay mcpvisor's own (0700).
+def prepare_home(home: str, uid: int | None, root: str = "") -> None:
+    """Create the sandbox's home (owned by its uid); its parents up to `root` (the data dir's
+    `sandboxes`) stay mcpvisor's own, 0700, whatever made them before.
 
     Mode 0711: bwrap enters it (--chdir) as root without capabilities, before the uid switch; no
     one else reaches it, its parents being closed.
     """
-    os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
+    parents = [os.path.dirname(home)]
+    while root and parents[-1] != root and _inside(parents[-1], root):
+        parents.append(os.path.dirname(parents[-1]))
+    for directory in reversed(parents):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+        os.chmod(directory, 0o700)
     os.makedirs(home, mode=0o711, exist_ok=True)
     if uid is not None and os.stat(home).st_uid != uid:
         # A home from before (or from a different uid) becomes this sandbox's, all of it.
@@ -416,7 +423,7 @@ def _confine(
             )
         )
         mounted.append((target, writable))
-    prepare_home(plan.home, uid)
+    prepare_home(plan.home, uid, os.path.join(plan.data_dir, "sandboxes") if plan.data_dir else "")
     link = command_link(executable, binds)
 
     filter_fd = seccomp.filter_fd()

@@ -278,7 +278,7 @@ async def open_stdio_upstream(
             if problem is not None:
                 raise confine.SandboxError(problem)
             limits = open_cgroup(sandbox, worker_id) if sandbox.limits != "watchdog" else None
-            if limits is None and sandbox.limits == "cgroup":
+            if (limits is None or not limits.has_pids) and sandbox.limits == "cgroup":
                 raise confine.SandboxError(FIX_NO_CGROUP)
             joins = [partial(join_cgroups, list(limits.procs_files))] if limits is not None else []
             confined = confine.confine(sandbox, worker_id, executable, args, env, cwd, before=joins)
