@@ -26,6 +26,7 @@ PER_LINUX = 0
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 USERFAULTFD_IOC_NEW = 0xAA00  # _IO(0xAA, 0x00) on /dev/userfaultfd
+FS_IOC_FSSETXATTR = 0x401C5820  # sets a file's project id, which a home's quota counts by
 # Socket families the sandbox may open (Flatpak's list); every other gets EAFNOSUPPORT.
 ALLOWED_FAMILIES = (0, 1, 2, 10, 16)  # AF_UNSPEC, AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 FIX_LIBSECCOMP = "install libseccomp (apt-get install libseccomp2, dnf install libseccomp)"
@@ -76,6 +77,7 @@ RULES: tuple[Rule, ...] = (
     *_each("kexec_load kexec_file_load", "loading another kernel", flatpak=False),
     *_each("bpf", "eBPF programs and maps", flatpak=False),
     *_each("init_module finit_module delete_module", "kernel modules", flatpak=False),
+    Rule("ioctl", arg=(1, 0xFFFFFFFF, FS_IOC_FSSETXATTR), why="retagging files out of the home's quota", flatpak=False),
 )
 
 

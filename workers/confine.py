@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import trio
 
 from mcpvisor.runtime import bwrap, lifetime, namespaces, network, pathfd, seccomp
+from mcpvisor.runtime import quota as home_quota
 from mcpvisor.wire.sandboxing import SandboxPlan, refused_bind
 
 # System dirs bound already: a prefix inside them needs no bind of its own.
@@ -54,6 +55,7 @@ class Confined:
     channel: socket.socket | None = None  # the child sends its namespaces over it
     privileged: bool = False
     namespaces: namespaces.Namespaces | None = None
+    quota: bool = False  # the home's size is held by a project quota (runtime.quota)
 
     def failure(self) -> str:
         """What `prepare` wrote before it failed (after a spawn that raised), or ""."""
@@ -424,6 +426,12 @@ def _confine(
         )
         mounted.append((target, writable))
     prepare_home(plan.home, uid, os.path.join(plan.data_dir, "sandboxes") if plan.data_dir else "")
+    quota = False
+    if plan.home_mb is not None and uid is not None:
+        try:
+            quota = home_quota.apply(plan.home, uid, plan.home_mb * 1024 * 1024)
+        except OSError as exc:
+            raise SandboxError(f"the home's project quota cannot be set ({exc.strerror or exc})") from None
     link = command_link(executable, binds)
 
     filter_fd = seccomp.filter_fd()
@@ -490,6 +498,7 @@ def _confine(
         error_fd=error_read,
         channel=parent_end,
         privileged=privileged,
+        quota=quota,
     )
 
 

@@ -240,28 +240,22 @@ class Watchdog:
             used = self.memory_used(pids)
             if used > self.memory_bytes:
                 return f"its sandbox went over its memory limit ({self.memory_bytes // MIB} MiB)"
-        growing = False
-        if self.home and (self.home_bytes is not None or self.reserve_bytes) and now - self._home_seen >= DISK_INTERVAL:
+        short = self.reserve_bytes > 0 and self.data_dir and _free(self.data_dir) < self.reserve_bytes
+        if not self.home or not (self.home_bytes is not None or short):
+            return None
+        before = self._home_used
+        if short or now - self._home_seen >= DISK_INTERVAL:
             self._home_seen = now
             with contextlib.suppress(OSError):
-                used = tree_size(self.home) + deleted_files_on(pids, os.stat(self.home).st_dev)
-                growing, self._home_used = used > self._home_used, used
-            if self.home_bytes is not None and self._home_used > self.home_bytes:
-                return f"its home went over its size limit ({self.home_bytes // MIB} MiB)"
-        if (
-            self.reserve_bytes
-            and self.data_dir
-            and growing
-            and self._home_used
-            and _same_volume(self.home, self.data_dir)
-        ):
-            with contextlib.suppress(OSError):
-                free = os.statvfs(self.data_dir)
-                if free.f_bavail * free.f_frsize < self.reserve_bytes:
-                    return (
-                        f"it filled the volume that holds mcpvisor's state and logs to its last"
-                        f" {self.reserve_bytes // MIB} MiB (data_reserve_mb)"
-                    )
+                self._home_used = tree_size(self.home) + deleted_files_on(pids, os.stat(self.home).st_dev)
+        if self.home_bytes is not None and self._home_used > self.home_bytes:
+            return f"its home went over its size limit ({self.home_bytes // MIB} MiB)"
+        # The volume of the state and logs is nearly full: a home on it that is growing is the cause.
+        if short and self._home_used > before and _same_volume(self.home, self.data_dir):
+            return (
+                f"the volume that holds mcpvisor's state and logs has less than {self.reserve_bytes // MIB} MiB"
+                " free (data_reserve_mb), and its home is growing on it"
+            )
         return None
 
     async def watch(self, root_pid: int, kill: Callable[[], None]) -> None:
@@ -274,6 +268,26 @@ class Watchdog:
                 kill()
                 return
             await trio.sleep(WATCH_INTERVAL)
+
+
+def _free(path: str) -> int:
+    try:
+        usage = os.statvfs(path)
+    except OSError:
+        return 1 << 62
+    return usage.f_bavail * usage.f_frsize
+
+
+def reserve_problem(plan: SandboxPlan) -> str | None:
+    """Why the sandbox must not start: its home shares the state's volume, which is below the reserve."""
+    reserve = plan.data_reserve_mb * MIB
+    if reserve and plan.data_dir and _same_volume(plan.home, plan.data_dir) and _free(plan.data_dir) < reserve:
+        return (
+            f"the volume that holds mcpvisor's state and logs has less than {plan.data_reserve_mb} MiB free"
+            " (data_reserve_mb): no sandbox whose home is on it starts; free space, or put the homes on a"
+            " volume of their own (DATA_DIR/sandboxes)"
+        )
+    return None
 
 
 def _same_volume(path: str, other: str) -> bool:

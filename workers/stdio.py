@@ -33,7 +33,14 @@ from mcpvisor.runtime import bwrap, lifetime
 from mcpvisor.runtime.logs import RotatingFile, pump
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.workers import confine
-from mcpvisor.workers.limits import FIX_NO_CGROUP, CgroupLimits, Watchdog, join_cgroups, open_cgroup
+from mcpvisor.workers.limits import (
+    FIX_NO_CGROUP,
+    CgroupLimits,
+    Watchdog,
+    join_cgroups,
+    open_cgroup,
+    reserve_problem,
+)
 
 log = logging.getLogger(__name__)
 
@@ -280,13 +287,15 @@ async def open_stdio_upstream(
             limits = open_cgroup(sandbox, worker_id) if sandbox.limits != "watchdog" else None
             if (limits is None or not limits.has_pids) and sandbox.limits == "cgroup":
                 raise confine.SandboxError(FIX_NO_CGROUP)
+            if (full := reserve_problem(sandbox)) is not None:
+                raise confine.SandboxError(full)
             joins = [partial(join_cgroups, list(limits.procs_files))] if limits is not None else []
             confined = confine.confine(sandbox, worker_id, executable, args, env, cwd, before=joins)
         except (confine.SandboxError, OSError) as exc:
             if limits is not None:
                 limits.close()
             raise UpstreamProcessError(f"sandbox not built, the upstream is not started: {exc}") from None
-        watchdog = Watchdog.for_plan(sandbox, memory=limits is None)
+        watchdog = Watchdog.for_plan(sandbox, memory=limits is None, quota=confined.quota)
         argv, run_env, run_cwd = confined.argv, confined.env, None
     try:
         process = lifetime.spawn(
