@@ -247,3 +247,21 @@ async def test_the_watchdog_counts_what_tmp_and_shm_hold(tmp_path: Path) -> None
         assert watchdog.fired and "memory limit (64 MiB)" in watchdog.reason
         assert process.wait(timeout=60) != 0
         process.stdout.close()
+
+
+def test_a_read_only_bind_inside_a_writable_one_is_refused_not_mounted_writable(tmp_path: Path) -> None:
+    """bwrap mounted every `ro` before every `rw`: one nested in a writable bind came out writable."""
+    work = tmp_path / "work"
+    (work / "policy").mkdir(parents=True)
+    readable_tree(work)
+    config = write_config(
+        tmp_path, {"tool": {"command": "/bin/sh", "sandbox": {"rw": [str(work)], "ro": [f"{work}/policy"]}}}
+    )
+    with pytest.raises(confine.SandboxError, match=r"policy lies inside the writable bind .*work"):
+        run_in(plan_for(config, "tool"), "tool", "true")
+    # In a read-only bind, a writable one is mounted after its parent and keeps its mode.
+    config = write_config(
+        tmp_path, {"tool": {"command": "/bin/sh", "sandbox": {"ro": [str(work)], "rw": [f"{work}/policy"]}}}
+    )
+    seen = run_in(plan_for(config, "tool"), "tool", f"touch {work}/policy/ok && echo inner-writable; touch {work}/no")
+    assert "inner-writable" in seen and "Read-only file system" in seen, seen
