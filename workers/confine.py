@@ -248,6 +248,7 @@ def prepare_home(home: str, uid: int | None, root: str = "") -> None:
     parents = [os.path.dirname(home)]
     while root and parents[-1] != root and _inside(parents[-1], root):
         parents.append(os.path.dirname(parents[-1]))
+    os.makedirs(os.path.dirname(parents[-1]), mode=0o700, exist_ok=True)
     for directory in reversed(parents):
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, 0o700)
