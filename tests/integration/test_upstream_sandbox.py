@@ -260,6 +260,7 @@ def test_a_read_only_bind_inside_a_writable_one_is_refused_not_mounted_writable(
     with pytest.raises(confine.SandboxError, match=r"policy lies inside the writable bind .*work"):
         run_in(plan_for(config, "tool"), "tool", "true")
     # In a read-only bind, a writable one is mounted after its parent and keeps its mode.
+    (work / "policy").chmod(0o777)  # the sandbox's uid may write there; only the mount may refuse it
     config = write_config(
         tmp_path, {"tool": {"command": "/bin/sh", "sandbox": {"ro": [str(work)], "rw": [f"{work}/policy"]}}}
     )
