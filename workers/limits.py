@@ -278,8 +278,16 @@ def _free(path: str) -> int:
     return usage.f_bavail * usage.f_frsize
 
 
-def reserve_problem(plan: SandboxPlan) -> str | None:
-    """Why the sandbox must not start: its home shares the state's volume, which is below the reserve."""
+def reserve_problem(plan: SandboxPlan, *, quota: bool = False) -> str | None:
+    """Why the sandbox must not start: its home is over its size (where no quota holds it), or it shares
+    the state's volume, which is below the reserve."""
+    if plan.home_mb is not None and not quota and os.path.isdir(plan.home):
+        held = tree_size(plan.home)
+        if held > plan.home_mb * MIB:
+            return (
+                f"its home holds {held // MIB} MiB, over its size limit ({plan.home_mb} MiB, home_mb): an operator"
+                " must make room in it, or raise home_mb"
+            )
     reserve = plan.data_reserve_mb * MIB
     if reserve and plan.data_dir and _same_volume(plan.home, plan.data_dir) and _free(plan.data_dir) < reserve:
         return (

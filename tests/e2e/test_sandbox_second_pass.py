@@ -387,3 +387,139 @@ async def test_binds_cannot_be_redirected_and_nested_ones_keep_their_mode(user: 
             assert any("inside the writable bind" in why for why in refused), refused
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@asynccontextmanager
+async def small_volume(base: Path, size_mb: int, *, user: bool) -> AsyncIterator[Path]:
+    """The data dir on a tmpfs of its own: a volume small enough to fill."""
+    data = base / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs", str(data)], check=True)
+    try:
+        if user:
+            os.chown(data, CONTAINER_UID, CONTAINER_UID)
+        yield data
+    finally:
+        subprocess.run(["umount", "-l", str(data)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Write zeros to `path` until the volume is full."""
+    with suppress(OSError), open(path, "wb") as out:
+        while True:
+            out.write(bytes(1 << 20))
+            out.flush()
+
+
+async def killed_for(host: Host, tenant: str, command: str) -> str:
+    """Run `command` in the tenant's shell until the sandbox is stopped; the client's error text."""
+    answer = await host.clients[tenant].call("shell:run", {"command": command, "timeout": 120})
+    text = json.dumps(answer)
+    assert "the upstream was killed" in text, text
+    return text
+
+
+async def until_running(host: Host, tenant: str) -> str:
+    with trio.fail_after(120):
+        while True:
+            answer = await host.clients[tenant].call("shell:run", {"command": "echo back"})
+            if "result" in answer and "back" in json.dumps(answer["result"]):
+                return json.dumps(answer)
+            await trio.sleep(0.5)
+
+
+@pytest.mark.parametrize("user", MODES)
+async def test_one_tenant_cannot_fill_the_disk_nor_stop_its_calls_being_recorded(user: bool) -> None:
+    base = Path(tempfile.mkdtemp(prefix="second-pass-", dir="/tmp"))
+    servers = {"shell": python_server("shell_server.py")}
+    tenants = {
+        "alice": {"servers": ["shell"], "sandbox": {"home_mb": 8}},
+        "bob": {"servers": ["shell"], "sandbox": {"home_mb": 500}},
+    }
+    try:
+        async with (
+            small_volume(base, 112, user=user) as data,
+            tenant_host(
+                user=user, servers=servers, tenants=tenants, settings={"data_reserve_mb": 48}, base=base
+            ) as host,
+        ):
+            await host.clients["alice"].wait_tools("shell:run", timeout=120)
+            await host.clients["bob"].wait_tools("shell:run", timeout=120)
+            # Her home's limit: stopped, and told why.
+            text = await killed_for(host, "alice", "head -c 16M /dev/zero > $HOME/big; sleep 60")
+            assert "its home went over its size limit (8 MiB)" in text, text
+            homes = data / "sandboxes" / "tenants"
+            (homes / "alice" / "shell" / "big").unlink()
+            await until_running(host, "alice")
+            # The volume of the state and logs: bob's home may be large, never past the reserve.
+            text = await killed_for(host, "bob", "head -c 64M /dev/zero > $HOME/big; sleep 60")
+            assert "less than 48 MiB free (data_reserve_mb)" in text, text
+            usage = os.statvfs(data)
+            assert usage.f_bavail * usage.f_frsize > 16 << 20  # stopped well before the volume was full
+            (homes / "bob" / "shell" / "big").unlink()
+            await until_running(host, "bob")
+            # However the volume fills, a call the activity log cannot record does not run.
+            await trio.to_thread.run_sync(fill, data / "filler")
+            refusals = []
+            for _ in range(20):
+                answer = await host.clients["alice"].call("shell:run", {"command": "echo ran"})
+                if "audit_required" in json.dumps(answer):
+                    refusals.append(answer)
+                    break
+            assert refusals, "calls kept running while the activity log could not record them"
+            answer = await host.clients["bob"].call("shell:run", {"command": "echo ran"})
+            assert "audit_required" in json.dumps(answer) and "ran\\n" not in json.dumps(answer)
+            (data / "filler").unlink()
+            await until_running(host, "alice")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+MEMORY = r"""
+import ctypes, json, os, sys, time
+kind = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+if kind == "memfd":
+    # Held by an fd, never mapped: no process's RSS shows it.
+    fd = os.memfd_create("held")
+    for _ in range(200):
+        os.write(fd, bytes(1 << 20))
+    print(json.dumps({"memfd": os.fstat(fd).st_size >> 20}), flush=True)
+    time.sleep(60)
+else:
+    # SysV shm in slices, each attached, written and detached: kept by the IPC namespace alone.
+    big = libc.shmget(0, 200 << 20, 0o1600)
+    made = 0
+    for _ in range(10):
+        shmid = libc.shmget(0, 20 << 20, 0o1600)
+        if shmid < 0:
+            break
+        address = libc.shmat(shmid, None, 0)
+        ctypes.memset(address, 1, 20 << 20)
+        libc.shmdt(ctypes.c_void_p(address))
+        made += 1
+    print(json.dumps({"one big segment": big, "slices": made}), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("user", MODES)
+async def test_memory_no_process_shows_is_counted_too(user: bool) -> None:
+    tenants = {"alice": {"servers": ["shell"], "sandbox": {"memory_mb": 128}}, "bob": {"servers": ["vault"]}}
+    async with tenant_host(user=user, tenants=tenants) as host:
+        await host.clients["alice"].wait_tools("shell:run", timeout=120)
+        quoted = "'" + MEMORY.replace("'", "'\\''") + "'"
+        text = await killed_for(host, "alice", f"{sys.executable} -c {quoted} memfd")
+        assert "memory limit (128 MiB)" in text, text
+        await until_running(host, "alice")
+        # SysV shm: a segment over the limit is refused, and slices stop at it (or the sandbox is stopped).
+        answer = await host.clients["alice"].call(
+            "shell:run", {"command": f"{sys.executable} -c {quoted} shm", "timeout": 120}
+        )
+        text = json.dumps(answer)
+        if "the upstream was killed" in text:
+            assert "memory limit (128 MiB)" in text, text
+        else:
+            seen = json.loads(answer["result"]["content"][0]["text"].split("stdout:\n", 1)[1].split("\nstderr:")[0])
+            assert seen["one big segment"] == -1 and seen["slices"] < 7, seen
