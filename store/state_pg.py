@@ -25,7 +25,8 @@ import psycopg_pool
 import trio
 
 from mcpvisor.store.state_db import CHANNEL
-from mcpvisor.store.state_url import StateStoreError, redact_url, resolve_url
+from mcpvisor.store.state_url import StateStoreError, resolve_url
+from mcpvisor.wire.redaction import redact_url
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

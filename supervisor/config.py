@@ -15,7 +15,6 @@ from mcpvisor.store.state_url import check_url
 from mcpvisor.wire import sandboxing
 from mcpvisor.wire.config import (
     REGISTRY_ID,
-    SERVER_NAME,
     TENANT_NAME,
     ConfigError,
     OAuthResourceConfig,
@@ -25,6 +24,7 @@ from mcpvisor.wire.config import (
     Settings,
     TenantConfig,
     parse_listen,
+    server_name_problem,
 )
 from mcpvisor.wire.secrets import SECRET_REF
 from mcpvisor.wire.tenant_secrets import PLACEHOLDER
@@ -129,22 +129,10 @@ def _check(config: Config, text: str, source: str) -> None:
             raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'state_url']) or '?'}: {exc}") from None
     for name, server in config.servers.items():
         where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
-        if name == "frontend":
-            raise ConfigError(f"{where}: server name 'frontend' is reserved for mcpvisor's own frontend process")
-        if not SERVER_NAME.match(name):
-            raise ConfigError(
-                f"{where}: server name {name!r} must be letters, digits, '_', '-' or '.' (no ':' or '/'),"
-                " at most 63 characters"
-            )
-        if (server.command is None) == (server.url is None):
-            raise ConfigError(f"{where}: server {name!r} needs exactly one of `command` (stdio) or `url`")
-        if server.command is not None and server.transport not in ("auto", "stdio"):
-            raise ConfigError(f"{where}: server {name!r} has a command, so its transport is stdio")
-        if server.url is not None:
-            if server.transport == "stdio":
-                raise ConfigError(f"{where}: server {name!r} has a url, so its transport cannot be stdio")
-            if not server.url.startswith(("http://", "https://")):
-                raise ConfigError(f"{where}: server {name!r}: url must start with http:// or https://")
+        if (problem := server_name_problem(name)) is not None:
+            raise ConfigError(f"{where}: server name {name!r} {problem}")
+        if (problem := server.problem()) is not None:
+            raise ConfigError(f"{where}: server {name!r}: {problem}")
         for table in (server.env, server.headers):
             for key, value in table.items():
                 # A reference may name the tenant: the variable is checked with a tenant's name in place.

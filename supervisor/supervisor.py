@@ -21,6 +21,7 @@ import zmq
 from mcpvisor.runtime import bwrap
 from mcpvisor.runtime.forkserver import ForkServer
 from mcpvisor.runtime.logs import log_stem
+from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.store import oauth_store
 from mcpvisor.store.proposals import ProposalStore
 from mcpvisor.store.sandbox_uids import SandboxUids, mapped_ids, open_local
@@ -46,7 +47,6 @@ from mcpvisor.wire.messages import (
 )
 from mcpvisor.wire.operator import Action, OperatorResult
 from mcpvisor.wire.redaction import redact_secrets
-from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import SECRET_REF
 from mcpvisor.wire.states import ProcessState, UpstreamState

@@ -7,9 +7,14 @@ frontend and the workers receive them in their launch specs and in `ConfigChange
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Final, Literal
+from urllib.parse import urlsplit
 
 import msgspec
+
+from mcpvisor.wire.secrets import SECRET_REF
 
 # \Z, not $: "$" also matches before a final newline, and a name ends up in paths and log lines.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
@@ -176,11 +181,8 @@ class UpstreamOAuth(_Strict):
     ] = False
 
     def __post_init__(self) -> None:
-        if self.client_secret is not None and not SECRET_REFERENCE.fullmatch(self.client_secret):
+        if self.client_secret is not None and not SECRET_REF.fullmatch(self.client_secret):
             raise ValueError("oauth.client_secret must be a reference (${env:NAME} or ${file:PATH}), not the secret")
-
-
-SECRET_REFERENCE = re.compile(r"\$\{(env|file):[^}]+\}")
 
 
 def _bind_path(path: str) -> bool:
@@ -340,6 +342,90 @@ class ServerConfig(_Strict):
         if self.transport == "sse" or (self.transport == "auto" and (self.url or "").rstrip("/").endswith("/sse")):
             return "sse"
         return "streamable-http"
+
+    def call_timeout(self, default: float, asked: float = 0.0) -> float:
+        """Seconds a call to this server may take: its policy's `call_timeout`, else `default`.
+
+        `default` is `[mcpvisor] call_timeout`; `asked` (when > 0) is the caller's own deadline,
+        which shortens the call, never lengthens it. The frontend decides with this what it asks of
+        the worker, and the worker decides again with it, so both hold the same deadline, and a
+        worker launched from an older config (during a reload) still holds the shorter.
+        """
+        own = self.policy.call_timeout if self.policy.call_timeout is not None else default
+        return min(asked, own) if asked > 0 else own
+
+    def problem(self, quote: str = "`") -> str | None:
+        """What keeps this server from running, or None: the rules of a server table, wherever one comes from.
+
+        Exactly one of `command` and `url`, a transport that fits it, a URL a client can connect to.
+        The config loader, the admin API, approvals and a client's `upstream_servers` all ask this;
+        each puts the server's name in front. `quote` marks field names as the caller's readers
+        write them (`url` in a config file's messages, 'url' in a tool's). Never repeats the URL,
+        which may hold a secret.
+        """
+        command, url = f"{quote}command{quote}", f"{quote}url{quote}"
+        if (self.command is None) == (self.url is None):
+            return f"needs exactly one of {command} (stdio) or {url} (HTTP)"
+        if self.command is not None and self.transport not in ("auto", "stdio"):
+            return "has a command, so its transport is stdio"
+        if self.url is not None:
+            if self.transport == "stdio":
+                return "has a url, so its transport cannot be stdio"
+            if (problem := _url_problem(self.url)) is not None:
+                return f"{url} {problem}"
+        return None
+
+
+def _url_problem(url: str) -> str | None:
+    """What makes `url` unusable as an upstream's address, or None."""
+    if not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    if any(char.isspace() or not char.isprintable() or char in "\"'<>\\" for char in url):
+        # Nor what ends a URL inside a text: a listing or a log line could not redact its tail.
+        return (
+            "must not contain spaces, quotes, angle brackets, backslashes or control characters (percent-encode them)"
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading the port is the check
+    except ValueError:
+        return "is not a valid URL: its host or port cannot be read (a port is a number up to 65535)"
+    if not parts.hostname:
+        return "has no host: give one, as in https://example.com/mcp"
+    return None
+
+
+def server_name_problem(name: str) -> str | None:
+    """What keeps `name` from naming a server, or None; the caller puts the name in front."""
+    if name == "frontend":
+        return "is reserved for mcpvisor's own frontend process"
+    if not SERVER_NAME.match(name):
+        return (
+            "must be letters, digits, '_', '-' or '.' (no ':' or '/'), at most 63 characters, starting with a"
+            " letter or digit"
+        )
+    return None
+
+
+# What an MCP client may give of a server table (`upstream_servers add` and `patch`), in the order
+# listings show it, with each field's JSON type. `quarantined` is not among them: leaving quarantine
+# is an operator's approval, not a config edit; nor are `oauth`, `sandbox` and `endpoint`.
+CLIENT_FIELDS: Final[Mapping[str, type]] = MappingProxyType(
+    {
+        "command": str,
+        "args": list,
+        "cwd": str,
+        "url": str,
+        "transport": str,
+        "env": dict,
+        "headers": dict,
+        "enabled": bool,
+        "policy": dict,
+    }
+)
+# Of those, what a client's patch changes at once: timeouts and restart limits, so nothing new
+# runs or connects. A change of any other field is a proposal an operator approves.
+DIRECT_FIELDS: Final = frozenset({"policy"})
 
 
 class Settings(_Strict):
@@ -765,7 +851,7 @@ class SearchConfig(_Strict):
     ] = 30.0
 
     def __post_init__(self) -> None:
-        if self.embedding_key is not None and not SECRET_REFERENCE.fullmatch(self.embedding_key):
+        if self.embedding_key is not None and not SECRET_REF.fullmatch(self.embedding_key):
             raise ValueError("search.embedding_key must be a reference (${env:NAME} or ${file:PATH}), not the key")
         if self.embedding_url is not None and not self.embedding_url.startswith(("http://", "https://")):
             raise ValueError("search.embedding_url must start with http:// or https://")

@@ -14,6 +14,8 @@ import msgspec
 # "account": an upstream login forgotten with no worker running (name: the worker, tools: [event]),
 # for the activity log the frontend writes.
 Action = Literal["pending", "inspect", "approve", "block", "account"]
+# How much harm the security analysis sees in a finding, a tool or a server.
+Risk = Literal["low", "medium", "high"]
 
 
 class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
@@ -30,9 +32,11 @@ class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class Finding(msgspec.Struct, kw_only=True, frozen=True):
+    """One suspicious pattern the security analysis found in a tool definition (frontend/gate/security.py)."""
+
     kind: str
     rule: str
-    severity: str
+    severity: Risk
     evidence: str
     location: str = "description"
     detail: str = ""

@@ -32,6 +32,7 @@ from mcpvisor.store.state_url import StateStoreError
 from mcpvisor.wire import tenant_secrets
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
+from mcpvisor.wire.redaction import redact_secrets, redact_url
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
@@ -273,7 +274,8 @@ class Upstream:
     def _set_state(self, state: UpstreamState, error: str = "") -> None:
         if state is UpstreamState.READY:
             error = ""
-        error = self.redact(error)
+        # The values known to be secret, then whatever looks like one (an upstream may quote the URL).
+        error = redact_secrets(self.redact(error))
         if (state, error) != (self.state, self.error):
             if error:
                 log.warning("upstream %s: %s (%s)", self.name, state, error)
@@ -416,6 +418,7 @@ class Upstream:
         for value in headers.values():
             self.redact.add(value)
         assert server.url is not None
+        log.info("upstream %s: connecting to %s (%s)", self.name, redact_url(server.url), server.kind)
         if server.kind == "sse":
             return await stack.enter_async_context(sse_client(server.url, headers=headers, auth=self.auth))
         http = await stack.enter_async_context(create_mcp_http_client(headers=headers, auth=self.auth))

@@ -17,6 +17,7 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.store.oauth_store import ACCOUNT_EVENT, CALLBACK_METHOD, LOGIN_METHOD, LOGIN_METHODS, LOGOUT_METHOD
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
@@ -37,7 +38,6 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
-from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.worker_spec import WorkerSpec
 from mcpvisor.wire.zsocket import ZSocket
@@ -76,7 +76,7 @@ class Worker:
         # Wakes _serve_deadlines no later than the soonest deadline of a call without a task.
         self._deadlines = trio.CancelScope()
         self._max_inflight = spec.server.policy.max_inflight
-        self._call_timeout = spec.server.policy.call_timeout or spec.call_timeout
+        self._call_timeout = spec.server.call_timeout(spec.call_timeout)
         auth = self.upstream.auth
         self.logins = None
         if auth is not None:
@@ -303,7 +303,7 @@ class Worker:
         return f"no answer from server '{self.spec.id}' within {timeout:g}s"
 
     def _timeout_for(self, msg: Request) -> float:
-        return min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
+        return self.spec.server.call_timeout(self.spec.call_timeout, msg.timeout)
 
     # -- calls without a task: pass-through requests on a stdio upstream ---------------------------
 

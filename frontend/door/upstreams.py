@@ -181,9 +181,7 @@ class Upstreams:
 
     def call_timeout(self, server: str) -> float:
         config = self.servers.get(server)
-        if config is not None and config.policy.call_timeout is not None:
-            return config.policy.call_timeout
-        return self.settings.call_timeout
+        return config.call_timeout(self.settings.call_timeout) if config is not None else self.settings.call_timeout
 
     # -- visibility ------------------------------------------------------------------------------
 

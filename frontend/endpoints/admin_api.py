@@ -421,6 +421,8 @@ class AdminApi:
         rows = await self.control.call("status", data={})
         row = next((row for row in rows if row["name"] == name), None)
         inspection = await self.control.call("inspect", data={"name": name})
+        if inspection.get("kind") == "proposal":  # a change pending for it: the server is as it runs now
+            inspection = inspection.get("server", {})
         result = self._server_row(name, row, config, None)
         result["config"] = {
             "transport": inspection.get("transport", ""),

@@ -12,9 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import msgspec
 
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.door.control import ControlClient, ControlError
@@ -26,7 +23,6 @@ from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.messages import OperatorReply, OperatorRequest
 from mcpvisor.wire.operator import (
     Decision,
-    Finding,
     Inspection,
     Noted,
     OperatorResult,
@@ -34,6 +30,7 @@ from mcpvisor.wire.operator import (
     PendingServer,
     ToolReview,
 )
+from mcpvisor.wire.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +153,7 @@ class Operator:
                     risk=tool.risk,
                     score=tool.score,
                     summary=tool.summary,
-                    findings=msgspec.convert(msgspec.to_builtins(tool.findings), list[Finding]),
+                    findings=tool.findings,
                 )
             )
         return Inspection(
@@ -167,7 +164,7 @@ class Operator:
             transport=config.kind,
             command=[config.command, *config.args] if config.command is not None else [],
             cwd=config.cwd or "",
-            url=_redact_url(config.url or ""),
+            url=redact_url(config.url or ""),
             env=sorted(config.env),
             headers=sorted(config.headers),
             risk=report.risk,
@@ -259,18 +256,6 @@ class Operator:
             await self.control.call("server.quarantine", data={"name": name, "quarantined": quarantined})
         except ControlError as exc:
             raise OperatorError(f"{name}: the supervisor could not record the decision: {exc}") from None
-
-
-def _redact_url(url: str) -> str:
-    """The URL without its credentials (user info), which a listing must never show."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # not a URL one can take apart: show none of it
-        return "***"
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def _shown(name: str) -> str:

@@ -126,6 +126,7 @@ async def inspect(sup: Supervisor, args: Name) -> dict[str, Any]:
             # The server as it runs now, beside what the client would make of it.
             with contextlib.suppress(CommandError):
                 result["server"] = msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))
+                result["server"]["sandboxes"] = sandboxes(sup, args.name)
         return result
     result = msgspec.to_builtins(await sup.ask_frontend("inspect", args.name))
     result["sandboxes"] = sandboxes(sup, args.name)
