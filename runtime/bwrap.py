@@ -99,6 +99,7 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     own_ipc: bool = True  # False: the IPC namespace it starts in is already its own (made with limits)
     block_fd: int | None = None  # the command starts only once this fd has data (its network is up)
     files: tuple[tuple[int, str], ...] = ()  # (fd, path): read-only files made from what the fd holds
+    disable_userns: bool = True  # as an ordinary user: --disable-userns (bwrap 0.8 and later)
 
 
 def _dirs_above(path: str) -> list[str]:
@@ -136,7 +137,7 @@ def bwrap_argv(
     argv = [bwrap]
     if not privileged:
         # The filter refuses new user namespaces too; this makes the kernel refuse them as well.
-        argv += ["--unshare-user", "--disable-userns"]
+        argv += ["--unshare-user", *(["--disable-userns"] if spec.disable_userns else [])]
     # --unshare-all without the user namespace, which as root would hand the sandbox a uid that is
     # root outside; --share-net's opposite is spelled out for the same reason.
     argv += ["--unshare-pid", *(["--unshare-ipc"] if spec.own_ipc else []), "--unshare-uts", "--unshare-cgroup-try"]

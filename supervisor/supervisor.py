@@ -311,6 +311,8 @@ class Supervisor:
         uid = None
         if for_start and sandboxing.wanted(self.config.mcpvisor, server, table) and bwrap.mounts_as_root():
             uid = self.sandbox_uids().uid_for(worker)
+        elif self._sandbox_uids is not None:
+            uid = self._sandbox_uids.known.get(worker)  # shown by `ctl inspect`, never taken for it
         return sandboxing.plan(
             worker,
             self.config.mcpvisor,

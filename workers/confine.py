@@ -468,6 +468,7 @@ def _confine(
         own_ipc=False,
         block_fd=block_fd,
         files=files,
+        disable_userns="--disable-userns" in features,
     )
     argv = bwrap.bwrap_argv(spec, [executable, *args], privileged=privileged, bwrap=tool)
     error_read, error_write = os.pipe()

@@ -92,6 +92,7 @@ def render_sandbox(who: str, sandbox: dict[str, Any]) -> list[str]:
         *(f"    refused:    {why}" for why in sandbox.get("refused", [])),
         f"    limits:     {sandbox['memory_mb']} MiB, {sandbox['max_processes']} processes, CPU {cpu}"
         f", home {home} (by {sandbox['limits']})",
+        *([f"    uid:        {sandbox['uid']}"] if sandbox.get("uid") is not None else []),
         f"    seccomp:    {sandbox.get('seccomp', '-')}",
         f"    never:      {', '.join(sandbox['never'])}",
     ]

@@ -100,7 +100,9 @@ async def tenant_host(
     for path in (data, run):
         path.mkdir(exist_ok=True)
     port = free_port()
-    servers = servers or {"shell": python_server("shell_server.py"), "vault": echo_server("vault")}
+    # The shell's tool is synchronous: while it makes a large result, its server answers no ping.
+    shell = python_server("shell_server.py", policy={"ping_timeout": 60})
+    servers = servers or {"shell": shell, "vault": echo_server("vault")}
     tenants = tenants or {"alice": {"servers": ["shell"]}, "bob": {"servers": ["vault"]}}
     config = base / "mcpvisor.toml"
     all_settings = {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(data)}
@@ -289,6 +291,13 @@ async def test_the_second_attack_table_is_refused(user: bool) -> None:
                     assert cpu and all(quota(leaf) == (100_000, 100_000) for leaf in cpu), cpu
                 for directory in ("sandboxes", "sandboxes/tenants", "sandboxes/tenants/alice"):
                     assert (host.stack.data_dir / directory).stat().st_mode & 0o777 == 0o700, directory
+                # A 25 MiB tool result crosses the sandbox's pipes whole (once: it takes a while to make).
+                if not user:
+                    big = await host.clients["alice"].call(
+                        "shell:run", {"command": "head -c 26214400 /dev/zero | tr '\\0' x", "timeout": 120}
+                    )
+                    assert "result" in big, str(big)[:500]
+                    assert "stdout:\n" + "x" * 26214400 + "\nstderr:" in big["result"]["content"][0]["text"]
                 # Bob noticed nothing.
                 echoed = await host.clients["bob"].call("vault:echo", {"text": "still here"})
                 assert "still here" in str(echoed["result"])
