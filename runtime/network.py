@@ -132,6 +132,27 @@ def pasta() -> str | None:
     return shutil.which("pasta")
 
 
+TUN = "/dev/net/tun"
+
+
+def problem(*, privileged: bool) -> str | None:
+    """Why a sandbox's own network cannot be made here (the fix named), or None."""
+    if pasta() is None:
+        return f"the sandbox's own network needs pasta, which is not installed: {FIX_PASTA}"
+    try:
+        mode = os.stat(TUN).st_mode
+    except OSError:
+        return (
+            f"the sandbox's own network needs {TUN}, which this system or container lacks (a container:"
+            ' --device /dev/net/tun, see docs/sandbox-deployment.md), or set network = "host"'
+        )
+    # pasta opens it as mcpvisor's user, or as nobody when mcpvisor is root.
+    usable = mode & 0o006 == 0o006 if privileged else os.access(TUN, os.R_OK | os.W_OK)
+    if not usable:
+        return f"pasta cannot open {TUN} (mode {mode & 0o777:o}): make it 0666, the mode udev gives it"
+    return None
+
+
 def pasta_argv(tool: str, netns_fd: int, userns_fd: int) -> list[str]:
     """pasta joining the sandbox's namespaces, held open by fds it inherits; it stays in the foreground
     (a child of the worker, which stops it) and quits when the namespace is gone."""

@@ -94,10 +94,22 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _sandbox_limits(config: config_mod.Config) -> str | None:
-    """Why the sandboxes' limits cannot hold here (a tenant's sandbox without a writable cgroup), or None."""
+    """Why the sandboxes cannot be what the config asks here (a tenant's without a writable cgroup, an
+    outbound network without pasta or /dev/net/tun), or None."""
+    from mcpvisor.runtime import network
     from mcpvisor.runtime.cgroups import cgroup_problem
+    from mcpvisor.wire import sandboxing
 
-    return cgroup_problem(config.mcpvisor, config.servers, config.tenants)
+    if (problem := cgroup_problem(config.mcpvisor, config.servers, config.tenants)) is not None:
+        return problem
+    for tenant, table in [("", None), *config.tenants.items()]:
+        for name in table.servers if table is not None else config.servers:
+            server = config.servers.get(name)
+            found = sandboxing.plan(name, config.mcpvisor, server, table, data_dir="/") if server else None
+            if found is not None and found.network == "outbound":
+                why = network.problem(privileged=bwrap.mounts_as_root())
+                return None if why is None else f"{f'{tenant}/' if tenant else ''}{name}: {why}"
+    return None
 
 
 def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool, str] | None:

@@ -444,9 +444,9 @@ def _confine(
     report_child = child_end.detach()
     fds.append(report_child)
     if plan.network == "outbound":
-        if network.pasta() is None:
+        if (why := network.problem(privileged=privileged)) is not None:
             parent_end.close()
-            raise SandboxError(f"the sandbox's own network needs pasta, which is not installed: {network.FIX_PASTA}")
+            raise SandboxError(why)
         resolv = _readable_pipe(network.resolv_conf())
         fds.append(resolv)
         files = ((resolv, "/etc/resolv.conf"),)

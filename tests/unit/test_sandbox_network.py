@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import pytest
+
 from mcpvisor.runtime import network
 
 
@@ -48,3 +50,16 @@ def test_resolv_conf_names_the_forwarder_and_keeps_the_search_domains(tmp_path: 
         "search corp.example",
         "options edns0",
     ]
+
+
+def test_a_missing_pasta_or_tun_device_is_named_with_its_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(network, "pasta", lambda: None)
+    assert "install passt" in (network.problem(privileged=False) or "")
+    monkeypatch.setattr(network, "pasta", lambda: "/usr/bin/pasta")
+    monkeypatch.setattr(network, "TUN", str(tmp_path / "tun"))
+    assert "--device /dev/net/tun" in (network.problem(privileged=False) or "")
+    (tmp_path / "tun").write_text("")
+    (tmp_path / "tun").chmod(0o600)
+    assert "make it 0666" in (network.problem(privileged=True) or "")
+    (tmp_path / "tun").chmod(0o666)
+    assert network.problem(privileged=True) is None
