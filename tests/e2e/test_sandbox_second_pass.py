@@ -343,7 +343,11 @@ async def test_binds_cannot_be_redirected_and_nested_ones_keep_their_mode(user: 
     (teams / "alice" / "work" / "cache" / "note").write_text("alice-cache\n")
     (teams / "bob" / "secret").mkdir(parents=True)
     (teams / "bob" / "secret" / "plans").write_text("BOB-DATA\n")
-    (teams / "shared" / "scratch").mkdir(parents=True)
+    # Beside the teams' dirs, not among them: `{tenant}` stands for any name there, a tenant added later's too.
+    shared = base / "shared"
+    (shared / "scratch").mkdir(parents=True)
+    shared.chmod(0o777)
+    (shared / "scratch").chmod(0o777)
     for directory, _dirs, files in os.walk(teams):
         os.chmod(directory, 0o777)  # whatever uid the table hands alice's sandboxes
         for name in files:
@@ -354,25 +358,30 @@ async def test_binds_cannot_be_redirected_and_nested_ones_keep_their_mode(user: 
         "shell": python_server("shell_server.py", sandbox={"rw": [work]}),
         "files": python_server(
             "shell_server.py",
-            sandbox={"ro": [f"{work}/cache", f"{teams}/shared"], "rw": [f"{teams}/shared/scratch"]},
+            sandbox={"ro": [f"{work}/cache", str(shared)], "rw": [f"{shared}/scratch"]},
         ),
         # H6: a read-only dir inside a writable one.
         "nested": python_server("shell_server.py", sandbox={"rw": [work], "ro": [f"{work}/policy"]}),
+        # H1 as the attacker found it: a bind nested in the tenant's own writable one.
+        "h1": python_server(
+            "shell_server.py", sandbox={"rw": [f"{teams}/{{tenant}}", f"{teams}/{{tenant}}/cfg/cache"]}
+        ),
         "vault": echo_server("vault"),
     }
     (teams / "carol" / "work" / "policy").mkdir(parents=True)
+    (teams / "carol" / "cfg" / "cache").mkdir(parents=True)
     # Carol's `nested` is never asked for: `ctl inspect` tells the operator before it would start.
     tenants = {
         "alice": {"servers": ["shell", "files"]},
         "bob": {"servers": ["vault"]},
-        "carol": {"servers": ["nested"]},
+        "carol": {"servers": ["nested", "h1"]},
     }
     try:
         async with tenant_host(user=user, servers=servers, tenants=tenants, base=base) as host:
             await host.clients["alice"].wait_tools("shell:run", "files:run", timeout=120)
             seen = await host.shell(
-                f"cat {teams}/alice/work/cache/note; touch {teams}/shared/scratch/ok && echo scratch-writable;"
-                f" touch {teams}/shared/nope",
+                f"cat {teams}/alice/work/cache/note; touch {shared}/scratch/ok && echo scratch-writable;"
+                f" touch {shared}/nope",
                 server="files",
             )
             # Parent first: the rw dir inside the ro one is writable, the rest of it is not.
@@ -394,6 +403,9 @@ async def test_binds_cannot_be_redirected_and_nested_ones_keep_their_mode(user: 
             assert code == 0, inspected
             refused = inspected["sandboxes"]["carol/nested"]["refused"]
             assert any("inside the writable bind" in why for why in refused), refused
+            code, inspected = host.stack.ctl("inspect", "h1")
+            refused = inspected["sandboxes"]["carol/h1"]["refused"]
+            assert any(f"{teams}/carol/cfg/cache lies inside the writable bind" in why for why in refused), refused
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
