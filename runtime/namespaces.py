@@ -74,6 +74,15 @@ def new_session_keyring() -> bool:
     raise OSError(code, f"keyctl: {os.strerror(code)}")
 
 
+def mapped_ids() -> list[tuple[int, int]]:
+    """The (first uid, count) ranges this process may switch to: its user namespace's uid_map."""
+    try:
+        with open("/proc/self/uid_map") as mapping:
+            return [(int(inner), int(count)) for inner, _outer, count in (line.split() for line in mapping)]
+    except (OSError, ValueError):
+        return [(0, 1 << 32)]
+
+
 def nobody() -> int:
     try:
         return pwd.getpwnam("nobody").pw_uid

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from mcpvisor.runtime import bwrap, seccomp
+from mcpvisor.runtime import bwrap, namespaces, seccomp
 from mcpvisor.wire.config import SandboxConfig, Settings
 
 MODULE = "mcpvisor.workers.sandbox"
@@ -138,14 +138,6 @@ def read_only_paths(python: str) -> list[str]:
     return chosen
 
 
-def _mapped_ids() -> list[tuple[int, int]]:
-    try:
-        with open("/proc/self/uid_map") as mapping:
-            return [(int(inner), int(count)) for inner, _outer, count in (line.split() for line in mapping)]
-    except (OSError, ValueError):
-        return [(0, 1 << 32)]
-
-
 def script_uid(mapped: Sequence[tuple[int, int]]) -> int:
     """The unprivileged uid scripts run as under a root mcpvisor (see UID_FLOOR)."""
     start, count = max(mapped, key=lambda ids: ids[1])
@@ -200,7 +192,7 @@ def _try(python: str, hidden: tuple[str, ...], required: bool) -> Decision:
         problem = "bwrap is not installed: install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
         return Decision(confined=False, problem=problem, refused=required)
     privileged = os.geteuid() == 0
-    spec = spec_for(python, hidden, uid=script_uid(_mapped_ids()) if privileged else None)
+    spec = spec_for(python, hidden, uid=script_uid(namespaces.mapped_ids()) if privileged else None)
     decision = Decision(confined=True, spec=spec, privileged=privileged, tool=tool)
     if not os.access(python, os.X_OK):
         return decision  # nothing to learn about bwrap here: starting the process reports the error

@@ -38,15 +38,6 @@ def open_local(data_dir: str) -> sqlite3.Connection:
     return db
 
 
-def mapped_ids() -> list[tuple[int, int]]:
-    """The (first uid, count) ranges this process may switch to: its user namespace's uid_map."""
-    try:
-        with open("/proc/self/uid_map") as mapping:
-            return [(int(inner), int(count)) for inner, _outer, count in (line.split() for line in mapping)]
-    except (OSError, ValueError):
-        return [(0, 1 << 32)]
-
-
 class UidRangeFull(Exception):
     """Every uid of the range is taken."""
 

@@ -18,13 +18,13 @@ import msgspec
 import trio
 import zmq
 
-from mcpvisor.runtime import bwrap
+from mcpvisor.runtime import bwrap, namespaces
 from mcpvisor.runtime.forkserver import ForkServer
 from mcpvisor.runtime.logs import log_stem
 from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.store import oauth_store
 from mcpvisor.store.proposals import ProposalStore
-from mcpvisor.store.sandbox_uids import SandboxUids, mapped_ids, open_local
+from mcpvisor.store.sandbox_uids import SandboxUids, open_local
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
@@ -333,7 +333,7 @@ class Supervisor:
         """The uid table, in the state store (shared by replicas, or the data dir's SQLite)."""
         if self._sandbox_uids is None:
             db = self.shared.store if self.shared is not None else open_local(str(self.data_dir))
-            self._sandbox_uids = SandboxUids(db, mapped_ids())
+            self._sandbox_uids = SandboxUids(db, namespaces.mapped_ids())
         return self._sandbox_uids
 
     def _add_program(self, name: str, launch: Launch, policy: Policy, spawner: Spawner | None = None) -> Program:

@@ -16,7 +16,7 @@ import logging
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import trio
@@ -102,10 +102,8 @@ def tmpfs_usage(pids: Iterable[int]) -> int:
     return total
 
 
-def memfd_usage(pids: Iterable[int]) -> int:
-    """Bytes held by the memfds these processes have open (mapped or not), each counted once."""
-    seen: set[tuple[int, int]] = set()
-    total = 0
+def _open_files(pids: Iterable[int]) -> Iterator[tuple[str, os.stat_result]]:
+    """(where it leads, what it is) of every fd these processes hold; those gone are skipped."""
     for pid in pids:
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -114,12 +112,17 @@ def memfd_usage(pids: Iterable[int]) -> int:
         for fd in fds:
             path = f"/proc/{pid}/fd/{fd}"
             with contextlib.suppress(OSError):
-                if not os.readlink(path).startswith("/memfd:"):
-                    continue
-                info = os.stat(path)
-                if (info.st_dev, info.st_ino) not in seen:
-                    seen.add((info.st_dev, info.st_ino))
-                    total += info.st_blocks * 512
+                yield os.readlink(path), os.stat(path)
+
+
+def memfd_usage(pids: Iterable[int]) -> int:
+    """Bytes held by the memfds these processes have open (mapped or not), each counted once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for target, info in _open_files(pids):
+        if target.startswith("/memfd:") and (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * 512
     return total
 
 
@@ -165,18 +168,10 @@ def deleted_files_on(pids: Iterable[int], device: int) -> int:
     """Bytes of files these processes hold open on `device` that no longer have a name (du misses them)."""
     seen: set[int] = set()
     total = 0
-    for pid in pids:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            path = f"/proc/{pid}/fd/{fd}"
-            with contextlib.suppress(OSError):
-                info = os.stat(path)
-                if info.st_dev == device and info.st_nlink == 0 and info.st_ino not in seen:
-                    seen.add(info.st_ino)
-                    total += info.st_blocks * 512
+    for _target, info in _open_files(pids):
+        if info.st_dev == device and info.st_nlink == 0 and info.st_ino not in seen:
+            seen.add(info.st_ino)
+            total += info.st_blocks * 512
     return total
 
 
