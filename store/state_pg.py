@@ -129,6 +129,35 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         updated_at DOUBLE PRECISION NOT NULL
     );
     """,
+    """
+    -- Policies' decisions, and the activity log's hash chain (store/audit_chain.py).
+    ALTER TABLE calls ADD COLUMN decision TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN policies TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN prev_hash TEXT;
+    ALTER TABLE calls ADD COLUMN hash TEXT;
+    CREATE TABLE calls_anchor (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        last_id BIGINT NOT NULL,
+        hash TEXT
+    );
+    -- Calls waiting for an operator's approval, on whichever replica holds them
+    -- (store/held_calls.py): any replica lists them and records a verdict, the holder runs it.
+    CREATE TABLE held_calls (
+        id TEXT PRIMARY KEY,
+        replica TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        since DOUBLE PRECISION NOT NULL,
+        expires DOUBLE PRECISION NOT NULL,
+        policies TEXT NOT NULL,
+        endpoint TEXT NOT NULL DEFAULT '',
+        client TEXT NOT NULL DEFAULT '',
+        verdict TEXT,
+        reason TEXT NOT NULL DEFAULT '',
+        decided_by TEXT NOT NULL DEFAULT ''
+    );
+    """,
 )
 
 

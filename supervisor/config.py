@@ -18,10 +18,12 @@ from mcpvisor.wire.config import (
     TENANT_NAME,
     ConfigError,
     OAuthResourceConfig,
+    PolicyConfig,
     RegistryConfig,
     SearchConfig,
     ServerConfig,
     Settings,
+    TelemetryConfig,
     TenantConfig,
     parse_listen,
     server_name_problem,
@@ -59,6 +61,14 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
         SearchConfig,
         msgspec.Meta(description="Tool search: the size of retrieve_tools' answers, an optional embedding service."),
     ] = msgspec.field(default_factory=SearchConfig)
+    policy: Annotated[
+        PolicyConfig | None,
+        msgspec.Meta(description="Cedar policies: who may see and call which tool; operator approvals; tool limits."),
+    ] = None
+    telemetry: Annotated[
+        TelemetryConfig,
+        msgspec.Meta(description="OpenTelemetry traces and metrics, as the standard OTEL_* variables set them."),
+    ] = msgspec.field(default_factory=TelemetryConfig)
 
     @property
     def authenticated(self) -> bool:

@@ -18,7 +18,7 @@ import msgspec
 import trio
 import zmq
 
-from mcpvisor.runtime import bwrap, namespaces
+from mcpvisor.runtime import bwrap, namespaces, telemetry
 from mcpvisor.runtime.forkserver import ForkServer
 from mcpvisor.runtime.logs import log_stem
 from mcpvisor.runtime.replies import PendingReplies
@@ -26,9 +26,10 @@ from mcpvisor.store import oauth_store
 from mcpvisor.store.proposals import ProposalStore
 from mcpvisor.store.sandbox_uids import SandboxUids, open_local
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.supervisor import configstore
+from mcpvisor.supervisor import configstore, operator_changes
 from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
 from mcpvisor.supervisor.config import Config
+from mcpvisor.supervisor.policy_files import load_policies
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
 from mcpvisor.wire import codec, frontend_spec, sandboxing, tenant_secrets, worker_spec
@@ -218,6 +219,7 @@ class Supervisor:
         base: Config | None = None,
     ) -> None:
         self.config = config
+        self.policies = load_policies(config, config_path)  # [policy] and its files' text, handed to the frontend
         # With a shared store (`state_url`), `config` is the file (`base`) with the run-time
         # changes of every replica over it, and the file is never written (supervisor/shared.py).
         self.shared = shared
@@ -273,6 +275,7 @@ class Supervisor:
             tenants=self.config.tenants,
             oauth=self.config.oauth,
             search=self.config.search,
+            policies=self.policies,
             hidden=hidden_paths(self.config, self.config_path, self.data_dir, self.run_dir),
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
@@ -426,7 +429,10 @@ class Supervisor:
         self._publish(
             "config",
             ConfigChanged(
-                servers=dict(self.config.servers), version=self.config_version, tenants=dict(self.config.tenants)
+                servers=dict(self.config.servers),
+                version=self.config_version,
+                tenants=dict(self.config.tenants),
+                policies=self.policies,
             ),
         )
 
@@ -533,8 +539,14 @@ class Supervisor:
         try:
             if spec is None:
                 raise CommandError(f"unknown command {_clip(repr(cmd.name))}", EXIT_UNKNOWN)
+            if spec.operator_only and identity == self._frontend_identity:
+                # The frontend's line carries what its clients' tools send: never a verdict on a call.
+                raise CommandError(f"{cmd.name}: only an operator (mcpvisor ctl, the admin API) may decide calls")
             result = await spec.handler(self, spec.parse(cmd.args, cmd.data))
             reply = Reply(id=cmd.id, ok=True, result=result, exit_code=spec.exit_code(result))
+            if cmd.name in operator_changes.AUDITED and self._nursery is not None:
+                by = "frontend" if identity == self._frontend_identity else "ctl"
+                self._nursery.start_soon(operator_changes.tell_frontend, self, cmd, by)
         except CommandError as exc:
             reply = Reply(id=cmd.id, ok=False, error=_clip(exc.message, 2000), exit_code=exc.exit_code)
         except ConfigError as exc:
@@ -568,13 +580,17 @@ class Supervisor:
         except (zmq.ZMQError, trio.ClosedResourceError) as exc:
             log.debug("control reply not delivered: %s", exc)
 
-    async def ask_frontend(self, action: Action, name: str = "", tools: list[str] | None = None) -> OperatorResult:
+    async def ask_frontend(
+        self, action: Action, name: str = "", tools: list[str] | None = None, *, reason: str = ""
+    ) -> OperatorResult:
         """Put an operator's request to the frontend, which holds the approvals; its answer."""
         frontend = self.programs.get(FRONTEND)
         identity = self._frontend_identity
         if frontend is None or frontend.state is not ProcessState.RUNNING or identity is None or self._control is None:
             raise CommandError("the frontend is not running (see `mcpvisor ctl status`); try again once it is")
-        request = OperatorRequest(id=next(self._operator_ids), action=action, name=name, tools=tools or [])
+        request = OperatorRequest(
+            id=next(self._operator_ids), action=action, name=name, tools=tools or [], reason=reason
+        )
         reply = await self._ask(identity, request, self._operator_replies, OPERATOR_TIMEOUT, "the frontend")
         if reply.error or reply.result is None:
             raise CommandError(reply.error or "the frontend gave no answer", reply.exit_code or EXIT_ERROR)
@@ -666,6 +682,8 @@ class Supervisor:
             "uptime": round(time.monotonic() - program.started_at, 1) if program.pid else 0,
             "restarts": max(program.spawns - 1, 0),
         }
+        if report is not None and report.spans_dropped:
+            row["spans_dropped"] = report.spans_dropped  # telemetry the process could not export
         if program.name.startswith(WORKER_PREFIX):
             row["upstream"] = str(report.upstream_state) if report and report.upstream_state else ""
             row["tools"] = report.tools if report else 0
@@ -738,10 +756,14 @@ class Supervisor:
         """Reread the file and apply it; a broken file changes nothing (ConfigError)."""
         async with self._ops_lock:
             base = config_mod.load(self.config_path)
+            policies = load_policies(base, self.config_path)  # a broken policy file changes nothing either
             new = self._with_shared(base)
             self.base = base
             diff = diff_configs(self.config, new)
+            policies_changed, self.policies = policies != self.policies, policies
             if diff.empty:
+                if policies_changed:
+                    self.publish_config()  # the frontend decides with the new policies from now on
                 return diff
             return await self.apply(new, diff)
 
@@ -774,6 +796,7 @@ class Supervisor:
     async def reload(self, new: Config) -> None:
         """Restart every process with `new`."""
         async with self._ops_lock:
+            self.policies = load_policies(new, self.config_path)
             await self._remove_programs([name for name in self.programs if name != FRONTEND])
             self.config = new
             await self.on_proposals(self.proposals.prune, new.servers)
@@ -867,7 +890,7 @@ async def serve(config: Config, config_path: Path, shared: SharedState | None = 
         config = await trio.to_thread.run_sync(shared.overlay, base)
     supervisor = Supervisor(config, config_path, shared=shared, base=base)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with trio.open_nursery() as nursery:
+        async with telemetry.running("supervisor"), trio.open_nursery() as nursery:
 
             async def handle_signals() -> None:
                 async for signum in signals:

@@ -735,6 +735,70 @@ class OAuthResourceConfig(_Strict):
 JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA", "Ed25519")
 
 
+class ToolLimit(_Strict):
+    """`[[policy.limits]]`: calls per minute and calls in flight of the tools a pattern names, per tenant.
+
+    Each tenant the rule names has its own count: with `tenant = "*"`, alice and bob each get the
+    limit. A call over any rule that matches it is refused at once with a tool error that says when
+    to retry.
+    """
+
+    tools: Annotated[
+        str,
+        msgspec.Meta(
+            description='The tools, as a glob over `server:tool` ("search:*", "*:delete_*", "github:create_issue").'
+        ),
+    ]
+    tenant: Annotated[
+        str,
+        msgspec.Meta(
+            description='The tenant the rule counts for, or "*" for each tenant; "local" is the workstation user and'
+            " operators."
+        ),
+    ] = "*"
+    calls_per_minute: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="A token bucket of calls per minute; over it, a tool error with Retry-After."),
+    ] = None
+    max_in_flight: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="Calls running at once; more are refused at once."),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.calls_per_minute is None and self.max_in_flight is None:
+            raise ValueError(f"policy.limits for {self.tools!r}: give calls_per_minute, max_in_flight or both")
+
+
+class PolicyConfig(_Strict):
+    """`[policy]`: who may see and call which tool with which arguments (Cedar policies), and per-tool limits.
+
+    Without this table every tool a tenant's servers offer is listed and callable, as before.
+    """
+
+    files: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Cedar policy files (a relative path is relative to the config file); `mcpvisor check`"
+            " validates them. With files, a call no policy permits is refused."
+        ),
+    ] = []
+    mode: Annotated[
+        Literal["enforce", "dry-run"],
+        msgspec.Meta(
+            description='"enforce" refuses what the policies deny; "dry-run" decides and records ("would deny",'
+            ' "would wait for approval") but refuses nothing.'
+        ),
+    ] = "enforce"
+    approval_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(description="Seconds a call that needs an operator's approval waits before it is refused."),
+    ] = 300.0
+    limits: Annotated[
+        list[ToolLimit], msgspec.Meta(description="Calls per minute and in flight per (tenant, tool pattern).")
+    ] = []
+
+
 REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -855,6 +919,69 @@ class SearchConfig(_Strict):
             raise ValueError("search.embedding_key must be a reference (${env:NAME} or ${file:PATH}), not the key")
         if self.embedding_url is not None and not self.embedding_url.startswith(("http://", "https://")):
             raise ValueError("search.embedding_url must start with http:// or https://")
+
+
+class TelemetryConfig(_Strict):
+    """The `[telemetry]` table: OpenTelemetry traces and metrics, each key one of the standard `OTEL_*` variables.
+
+    A variable set in mcpvisor's environment wins over its key. Telemetry is off unless an exporter
+    or an endpoint is configured, here or in the environment; the table is read when mcpvisor starts.
+    """
+
+    exporter: Annotated[
+        str | None,
+        msgspec.Meta(description="Where spans go (`OTEL_TRACES_EXPORTER`): `otlp`, `console` or `none`."),
+    ] = None
+    metrics_exporter: Annotated[
+        str | None,
+        msgspec.Meta(description="Where the MCP duration histograms go (`OTEL_METRICS_EXPORTER`): `otlp` or `none`."),
+    ] = None
+    endpoint: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The collector's base URL (`OTEL_EXPORTER_OTLP_ENDPOINT`), e.g. `http://127.0.0.1:4318`; "
+            "setting it alone turns traces and metrics on with the `otlp` exporter."
+        ),
+    ] = None
+    protocol: Annotated[
+        Literal["grpc", "http/protobuf"] | None,
+        msgspec.Meta(description="The OTLP protocol (`OTEL_EXPORTER_OTLP_PROTOCOL`); the SDK's default is `grpc`."),
+    ] = None
+    headers: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="Headers sent to the collector (`OTEL_EXPORTER_OTLP_HEADERS`); put a credential as "
+            "${env:NAME} or ${file:PATH}."
+        ),
+    ] = {}
+    sampler: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="`OTEL_TRACES_SAMPLER`, e.g. `parentbased_traceidratio`; the default follows the client's "
+            "decision and samples every trace it starts."
+        ),
+    ] = None
+    sampler_arg: Annotated[
+        float | str | None,
+        msgspec.Meta(description="`OTEL_TRACES_SAMPLER_ARG`: for a ratio sampler, the share of traces kept (0 to 1)."),
+    ] = None
+    service_name: Annotated[
+        str | None,
+        msgspec.Meta(description="`service.name` of every process (`OTEL_SERVICE_NAME`); `mcpvisor` if unset."),
+    ] = None
+    resource_attributes: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="More resource attributes (`OTEL_RESOURCE_ATTRIBUTES`), such as `deployment.environment`."
+        ),
+    ] = {}
+    record_arguments: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Record tool arguments and results on spans, redacted and cut at 16 KB as the activity log "
+            "keeps them; off by default, as they may hold what a client should not leak."
+        ),
+    ] = False
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

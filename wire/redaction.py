@@ -24,6 +24,9 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Mapping
+from typing import Any
+
+import msgspec
 
 from mcpvisor.wire.secrets import REDACTED, SECRET_REF
 
@@ -209,3 +212,19 @@ def redact_value(key: str, value: str) -> str:
 def redact_table(table: Mapping[str, str]) -> dict[str, str]:
     """An env or header table as a listing shows it (`redact_value` of each value)."""
     return {key: redact_value(key, value) for key, value in table.items()}
+
+
+JSON_TEXT_LIMIT = 16_384  # characters of arguments or a result kept, where an operator asks for them
+
+
+def redacted_json(value: Any, limit: int = JSON_TEXT_LIMIT) -> str | None:
+    """Arguments or a result (JSON bytes, or what encodes to JSON) as text with secrets redacted, cut at `limit`.
+
+    None when `value` is not JSON. A wider window than is kept is redacted, so that no secret cut at
+    the limit survives as a fragment.
+    """
+    try:
+        data = value if isinstance(value, bytes) else msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return None
+    return redact_secrets(data[: 2 * limit].decode(errors="replace"))[:limit]

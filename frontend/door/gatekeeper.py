@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.gate.approvals import Kind, ToolApprovals
+from mcpvisor.frontend.gate.call_policy import CallGate
 from mcpvisor.frontend.gate.security import analyze_server, render_report
 from mcpvisor.frontend.tool_args import text_result
 
@@ -30,11 +31,12 @@ class Audit(Protocol):
 
 
 class Gate:
-    """Quarantine and pins, checked on every listing and every call; and, with `audit`, a call that
-    could not be recorded in the activity log (`audit_required`) is not run."""
+    """Quarantine and pins, checked on every listing and every call; the policies (`calls`); and, with
+    `audit`, a call that could not be recorded in the activity log (`audit_required`) is not run."""
 
-    def __init__(self, approvals: ToolApprovals, audit: Audit | None = None) -> None:
+    def __init__(self, approvals: ToolApprovals, calls: CallGate | None = None, audit: Audit | None = None) -> None:
         self.approvals = approvals
+        self.calls = calls or CallGate()  # policies, per-tool limits, calls waiting for an operator
         self.audit = audit
 
     def withheld(self, server: str, tools: Iterable[Mapping[str, Any]], kind: Kind = "tool") -> set[str]:

@@ -12,6 +12,7 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from mcpvisor.frontend import spans
 from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
 from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
@@ -124,6 +125,7 @@ class FrontendApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Serve a request the gateway admitted; False when no endpoint of this stack is at its path."""
         path = scope["path"].rstrip("/") or "/"
+        spans.note_http(scope)
         if (app := self._apps.get(path)) is not None:
             if (short := self._short.get(path)) is not None:
                 answered, body = await short(scope, receive, send)

@@ -12,7 +12,9 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.frontend.door.rounds import ROUND_TTL
 from mcpvisor.frontend.door.upstreams import NotFound, UpstreamError
+from mcpvisor.frontend.spans import RequestSpans
 from mcpvisor.frontend.unsieved import KeepUnsieved
+from mcpvisor.runtime import telemetry
 
 
 class DoorErrors:
@@ -35,6 +37,7 @@ class AnnouncingServer(Server[Any]):
         # `requestState` of 2026-07-28 calls carried over rounds (see frontend/door/rounds.py).
         security = RequestStateSecurity.ephemeral(ttl=ROUND_TTL)
         self.middleware = [
+            *([RequestSpans()] if telemetry.active is not None else []),  # mcpvisor's own spans (frontend/spans.py)
             RequestStateBoundary(security, default_audience="mcpvisor"),
             KeepUnsieved(),
             DoorErrors(),

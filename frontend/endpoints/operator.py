@@ -18,6 +18,7 @@ from mcpvisor.frontend.door.control import ControlClient, ControlError
 from mcpvisor.frontend.door.gatekeeper import other_tool_names
 from mcpvisor.frontend.gate.approvals import ToolApprovals
 from mcpvisor.frontend.gate.security import analyze_server
+from mcpvisor.frontend.gate.waiting_calls import UnknownCall, WaitingCalls, operator_answer
 from mcpvisor.store.state_db import STORE_ERRORS
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.messages import OperatorReply, OperatorRequest
@@ -60,7 +61,11 @@ class Operator:
         control: ControlClient,
         changed: Callable[[str], None],
         accounts: Callable[[str, Mapping[str, Any]], None] | None = None,
+        waiting: WaitingCalls | None = None,
+        changes: Callable[[str, str, str], None] | None = None,
     ) -> None:
+        self._changes = changes  # records an operator's change (command, target, by whom) in the activity log
+        self.waiting = waiting  # the calls waiting for an operator's approval (`ctl calls | allow | deny`)
         self._servers = servers  # a getter: the table changes with every ConfigChanged
         self._accounts = accounts  # records an upstream login or logout in the activity log
         self.catalog = catalog
@@ -74,6 +79,8 @@ class Operator:
             result = await self._run(request)
         except OperatorError as exc:
             return OperatorReply(id=request.id, error=exc.message, exit_code=exc.exit_code)
+        except UnknownCall as exc:
+            return OperatorReply(id=request.id, error=str(exc), exit_code=_EXIT_UNKNOWN)
         except STORE_ERRORS as exc:
             log.error("operator %s: the state store failed: %s", request.action, exc)
             return OperatorReply(id=request.id, error=f"the state store failed: {exc}", exit_code=_EXIT_ERROR)
@@ -91,6 +98,14 @@ class Operator:
             return await self.inspect(request.name)
         if request.action == "approve":
             return await self.approve(request.name, request.tools)
+        if request.action in ("calls", "allow", "deny"):
+            if self.waiting is None:
+                raise OperatorError("this frontend holds no calls for approval")
+            return await operator_answer(self.waiting, request.action, request.name, request.reason, "ctl")
+        if request.action == "operator":
+            if self._changes is not None and request.tools:
+                self._changes(request.tools[0], request.name, request.reason)
+            return Noted()
         if request.action == "account":
             if self._accounts is not None and request.tools:
                 self._accounts(request.name, {"event": request.tools[0], "by": "operator"})

@@ -190,14 +190,15 @@ def build_server_endpoint(
     ) -> dict[str, Any]:
         clients.remember(ctx)
         found = view()
-        return complete(paged("resources/list", "resources", found.resources if found else [], params, page_size))
+        resources = [r for r in found.resources if upstreams.listed("resource", name, r)] if found else []
+        return complete(paged("resources/list", "resources", resources, params, page_size))
 
     async def list_templates(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> dict[str, Any]:
         clients.remember(ctx)
         found = view()
-        templates = found.templates if found else []
+        templates = [t for t in found.templates if upstreams.listed("resource", name, t)] if found else []
         return complete(paged("resources/templates/list", "resourceTemplates", templates, params, page_size))
 
     async def task_request(ctx: ServerRequestContext[Any], params: TaskParams) -> dict[str, Any]:
