@@ -539,6 +539,7 @@ async def test_memory_no_process_shows_is_counted_too(user: bool) -> None:
             "shell:run", {"command": f"{sys.executable} -c {quoted} shm", "timeout": 120}
         )
         text = json.dumps(answer)
+        print(text[:600])  # which of the two stopped it, for `pytest -s`
         if "the upstream was killed" in text:
             assert "memory limit (128 MiB)" in text, text
         else:
