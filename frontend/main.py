@@ -112,19 +112,21 @@ async def run(
         lambda worker: catalog_changed(worker),
         on_notification=lambda worker, method, payload: stacks.upstream_notified(worker, method, payload),
     )
+    activity = ActivityLog(
+        db,
+        record_arguments=settings.activity_record_arguments,
+        retention_days=settings.activity_retention_days,
+        max_rows=settings.activity_max_rows,
+        writer=writer,
+    )
+    audit_required = settings.audit_required if settings.audit_required is not None else bool(spec.tenants)
     shared = Shared(
         settings=settings,
         servers=spec.servers,
         tenants=spec.tenants,
         router=router,
-        gate=Gate(ToolApprovals(db, writer), calls_gate),
-        activity=ActivityLog(
-            db,
-            record_arguments=settings.activity_record_arguments,
-            retention_days=settings.activity_retention_days,
-            max_rows=settings.activity_max_rows,
-            writer=writer,
-        ),
+        gate=Gate(ToolApprovals(db, writer), calls_gate, audit=activity if audit_required else None),
+        activity=activity,
         metrics=metrics,
         control=control_client,
         host=host,

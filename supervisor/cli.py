@@ -43,6 +43,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
+    if (problem := _sandbox_limits(config)) is not None:
+        print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
+        return 1
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
     log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
@@ -91,6 +94,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
+    if (problem := _sandbox_limits(config)) is not None:
+        print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
+        return 1
     print(f"{path}: ok, {len(config.servers)} servers")
     if policies is not None:
         data = config_mod.data_dir(config, path.resolve())
@@ -106,6 +112,25 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"mcpvisor: {line}", file=sys.stderr)
         return 1 if refused else 0
     return 0
+
+
+def _sandbox_limits(config: config_mod.Config) -> str | None:
+    """Why the sandboxes cannot be what the config asks here (a tenant's without a writable cgroup, an
+    outbound network without pasta or /dev/net/tun), or None."""
+    from mcpvisor.runtime import network
+    from mcpvisor.runtime.cgroups import cgroup_problem
+    from mcpvisor.wire import sandboxing
+
+    if (problem := cgroup_problem(config.mcpvisor, config.servers, config.tenants)) is not None:
+        return problem
+    for tenant, table in [("", None), *config.tenants.items()]:
+        for name in table.servers if table is not None else config.servers:
+            server = config.servers.get(name)
+            found = sandboxing.plan(name, config.mcpvisor, server, table, data_dir="/") if server else None
+            if found is not None and found.network == "outbound":
+                why = network.problem(privileged=bwrap.mounts_as_root())
+                return None if why is None else f"{f'{tenant}/' if tenant else ''}{name}: {why}"
+    return None
 
 
 def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool, str] | None:

@@ -151,6 +151,9 @@ class ActivityLog:
     ) -> None:
         self._db = db
         self._writer = writer or StoreWriter(db)
+        # Why the last row could not be written (None: it was): with `audit_required`, the gate
+        # refuses calls while it is set, and the row of each refused call tries again.
+        self.failing: str | None = None
         self.record_arguments = record_arguments
         self.retention_days = retention_days
         self.max_rows = max_rows
@@ -244,9 +247,16 @@ class ActivityLog:
                 return  # the flush already queued takes this row too
             self._flush_pending = True
         try:
-            self._writer.submit(self._flush, f"a call to {server}:{tool}")
+            self._writer.submit(self._flush, f"a call to {server}:{tool}", self._written)
         except STORE_ERRORS as exc:
             log.error("activity log: cannot record a call to %s:%s: %s", server, tool, exc)
+            self._written(exc)
+        else:
+            if not self._writer.deferred:
+                self._written(None)
+
+    def _written(self, failure: BaseException | None) -> None:
+        self.failing = None if failure is None else (str(failure) or type(failure).__name__)
 
     def _flush(self) -> None:
         """Append the queued rows to the chain (now on SQLite; in the writer's thread on the shared store)."""
