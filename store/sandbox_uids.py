@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mcpvisor.store.state_db import STATE_FILE, open_state_db
+from mcpvisor.store.state_db import STATE_FILE, is_shared, open_state_db
 
 UID_FLOOR = 1 << 30
 FIRST_OFFSET = 1000  # below it: reserved (code_execution's script process runs as floor + 1)
@@ -59,7 +59,10 @@ class SandboxUids:
         self.db = db
         self.first, self.end = uid_range(mapped)
         self.known: dict[str, int] = {}
-        db.execute(_SCHEMA)
+        if not is_shared(db):
+            # A shared store's migrations made the table, one replica at a time; a CREATE here
+            # would race another replica's on PostgreSQL's catalog.
+            db.execute(_SCHEMA)
 
     def load(self) -> dict[str, int]:
         rows = self.db.execute("SELECT worker, uid FROM sandbox_uids").fetchall()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,16 +52,21 @@ def test_a_full_range_is_an_error_not_a_shared_uid(tmp_path: Path) -> None:
 
 
 def test_replicas_starting_workers_at_once_never_share_a_uid(postgres_url: str) -> None:
-    stores = [open_store("", postgres_url) for _ in range(4)]
-    tables = [SandboxUids(store) for store in stores]
-    found: list[dict[str, int]] = [{} for _ in tables]
+    # Replicas come up at once on an empty database: each opens the store and its uid table
+    # in its own thread (a CREATE TABLE of each raced on PostgreSQL's catalog once).
+    stores: list[Any] = [None] * 4
+    found: list[dict[str, int]] = [{} for _ in stores]
     workers = [f"t{n}/shell" for n in range(12)]
+    opened = threading.Barrier(len(stores))
 
     def start(index: int) -> None:
+        opened.wait(30)
+        stores[index] = open_store("", postgres_url)
+        table = SandboxUids(stores[index])
         for worker in workers:
-            found[index][worker] = tables[index].uid_for(worker)
+            found[index][worker] = table.uid_for(worker)
 
-    threads = [threading.Thread(target=start, args=(n,)) for n in range(len(tables))]
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(len(stores))]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -73,4 +79,5 @@ def test_replicas_starting_workers_at_once_never_share_a_uid(postgres_url: str) 
         assert tuple(rows) == (len(workers), len(workers))
     finally:
         for store in stores:
-            store.close()
+            if store is not None:
+                store.close()
