@@ -36,9 +36,15 @@ from mcpvisor.frontend.door.search import ToolIndex
 from mcpvisor.frontend.door.service_ranking import ServiceRanking
 from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.app import FrontendApp
-from mcpvisor.frontend.endpoints.clients import Clients, connection_of
-from mcpvisor.frontend.endpoints.direct import build_direct_server
-from mcpvisor.frontend.endpoints.search_first import build_search_server
+from mcpvisor.frontend.endpoints.app import _security as sdk_security
+from mcpvisor.frontend.endpoints.clients import Clients
+from mcpvisor.frontend.endpoints.direct import build_direct_server, direct_table
+from mcpvisor.frontend.endpoints.engine import Engine, Security
+from mcpvisor.frontend.endpoints.notices import Notices
+from mcpvisor.frontend.endpoints.request_state import StateSeal
+from mcpvisor.frontend.endpoints.search_first import build_search_server, search_table
+from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
+from mcpvisor.frontend.endpoints.serving import McpEndpoint
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.tools.builtins import Builtins
 from mcpvisor.frontend.tools.code_execution import Confinement
@@ -55,6 +61,7 @@ log = logging.getLogger(__name__)
 START_WAIT = 45.0
 IDLE_CHECK = 5.0  # seconds between checks for an idle tenant
 ELICITATION_COMPLETE = "notifications/elicitation/complete"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 SETTLE_CHECK = 0.5  # seconds between looks at a tenant's starting workers
 
 
@@ -163,7 +170,41 @@ class Stack:
         if settings.enable_direct_endpoint:
             endpoints["/mcp/direct"] = build_direct_server(self.upstreams, self.clients, self.builtins)
         self.endpoints = sorted(endpoints)
-        self.app = FrontendApp(self.upstreams, endpoints, shared.host, settings.max_body_bytes, metrics=shared.metrics)
+        # The engine's endpoints: a table of handlers over the door each, in both eras.
+        security = Security.loopback() if shared.host in LOOPBACK_HOSTS else Security()
+        seal = StateSeal(ROUND_TTL)
+        quiet = Notices(self.upstreams, announce=lambda: False)  # /mcp lists mcpvisor's own tools only
+        tables = {"/mcp": (search_table(self.upstreams, self.builtins, seal), quiet)}
+        if settings.enable_direct_endpoint:
+            notices = Notices(self.upstreams)
+            tables["/mcp/direct"] = (direct_table(self.upstreams, notices, self.builtins, seal), notices)
+        self.engines = {
+            path: McpEndpoint(
+                table,
+                Engine(table.methods, security=security, input_schema=table.input_schema),
+                notices,
+                tenant=tenant,
+            )
+            for path, (table, notices) in tables.items()
+        }
+        servers = ServerEndpoints(
+            self.upstreams,
+            sdk_security(shared.host),
+            settings.max_body_bytes,
+            builtins=self.builtins,
+            engine_security=security,
+            seal=seal,
+            tenant=tenant,
+        )
+        self.app = FrontendApp(
+            self.upstreams,
+            endpoints,
+            self.engines,
+            servers,
+            shared.host,
+            settings.max_body_bytes,
+            metrics=shared.metrics,
+        )
         self.started = trio.Event()
         self.last_used = time.monotonic()
         self.in_flight = 0  # requests of this tenant being served
@@ -197,6 +238,8 @@ class Stack:
         await nursery.start(self.upstreams.rounds.serve)
         await nursery.start(self.upstreams.serve_index)
         await nursery.start(self.app.servers.serve)
+        for engine in self.engines.values():
+            await nursery.start(engine.serve)
         if self.shared.on_demand:
             nursery.start_soon(self._serve_idle_stop)
         if self.builtins.code_execution is not None:
@@ -213,16 +256,19 @@ class Stack:
         view = self.upstreams.catalog.servers.get(server)
         if view is not None and view.ready and self._nursery is not None:
             # The tenant's login to it completed: the clients asked to open its link hear so.
-            for ctx, elicitation in self.upstreams.elicitations.pop(server, []):
-                if (connection := connection_of(ctx)) is not None:
-                    self._nursery.start_soon(connection.notify, ELICITATION_COMPLETE, {"elicitationId": elicitation})
+            for requester, elicitation in self.upstreams.elicitations.pop(server, []):
+                self._nursery.start_soon(requester.tell, ELICITATION_COMPLETE, {"elicitationId": elicitation})
         self.upstreams.reindex(server)
         self.clients.changed()
+        for engine in self.engines.values():
+            engine.notices.changed()
         self.app.servers.changed(server)
         self._catalog_moved.set()
 
     async def upstream_notified(self, server: str, method: str, payload: bytes) -> None:
         await self.clients.on_upstream_notification(server, method, payload)
+        for engine in self.engines.values():
+            engine.notices.upstream_notification(server, method, payload)
         await self.app.servers.on_upstream_notification(server, method, payload)
 
     def config_changed(self) -> None:
@@ -232,6 +278,8 @@ class Stack:
         self.upstreams.apply_config(self.shared.servers_of(self.tenant))
         self.upstreams.reindex()
         self.clients.changed()
+        for engine in self.engines.values():
+            engine.notices.changed()
 
     # -- workers on use --------------------------------------------------------------------------
 

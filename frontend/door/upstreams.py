@@ -19,8 +19,9 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from mcpvisor.frontend.door.calls import ClientCall
+from mcpvisor.frontend.door.calls import Caller, ClientCall
 from mcpvisor.frontend.door.catalog import Catalog, ServerView, exposed_name, split_name
+from mcpvisor.frontend.door.decisions import AllowAll, Approval, Decider, Deny, Held, HeldCalls, Proposed
 from mcpvisor.frontend.door.gatekeeper import Gate, approve_command
 from mcpvisor.frontend.door.logins import LOGIN_TOOL, LoginTickets, binding_of, login_answer, login_tool
 from mcpvisor.frontend.door.metrics import Metrics
@@ -28,16 +29,9 @@ from mcpvisor.frontend.door.rounds import ROUND_METHODS, Rounds
 from mcpvisor.frontend.door.router import Router
 from mcpvisor.frontend.door.search import SearchHit, ToolIndex
 from mcpvisor.frontend.door.service_ranking import ServiceRanking
-from mcpvisor.frontend.door.tasks import TaskRoutes, UnknownTask, offers_tasks, request_opts_in, with_opt_in
-from mcpvisor.frontend.gate.activity import (
-    ActivityLog,
-    Outcome,
-    client_name,
-    endpoint_of,
-    new_request_id,
-    trace_context,
-    with_request_id,
-)
+from mcpvisor.frontend.door.spans import NoSpans, Spans
+from mcpvisor.frontend.door.tasks import TASKS, TaskRoutes, UnknownTask, offers_tasks, with_opt_in
+from mcpvisor.frontend.gate.activity import ActivityLog, Outcome, endpoint_of, new_request_id, with_request_id
 from mcpvisor.frontend.tool_args import error_result
 from mcpvisor.store import oauth_store
 from mcpvisor.wire.config import ServerConfig, Settings
@@ -128,6 +122,9 @@ class Upstreams:
         tenant: str = "",
         ranking: ServiceRanking | None = None,
         logins: LoginTickets | None = None,
+        decider: Decider | None = None,
+        held: HeldCalls | None = None,
+        spans: Spans | None = None,
     ) -> None:
         self.tenant = tenant  # whose door this is ("": the servers without a tenant)
         self.logins = logins  # the login links of every tenant (a tenant's own upstream logins)
@@ -148,6 +145,9 @@ class Upstreams:
         self.metrics = metrics
         self._config_version = 0
         self.tasks = TaskRoutes()  # this stack's task handles: another tenant's are unknown here
+        self.decider: Decider = decider or AllowAll()  # may each call run (policies plug in here)
+        self.held = held if held is not None else HeldCalls()  # calls waiting for an operator
+        self.spans: Spans = spans or NoSpans()
 
     # -- the server table ------------------------------------------------------------------------
 
@@ -199,13 +199,14 @@ class Upstreams:
 
     def tools(self) -> Iterator[tuple[ServerView, dict[str, Any]]]:
         """Every tool a client may see and call, as its server defines it (changed definitions withheld)."""
+        listed = self.decider.listed
         for view in self.visible():
             if view.login:
                 yield from ((view, tool) for tool in view.tools)  # mcpvisor's own login tool: nothing to pin
                 continue
             withheld = self.gate.withheld(view.id, view.tools)
             for tool in view.tools:
-                if tool.get("name") not in withheld:
+                if tool.get("name") not in withheld and listed(None, view.id, tool):
                     yield view, tool
 
     def exposed_tools(self) -> list[dict[str, Any]]:
@@ -451,7 +452,7 @@ class Upstreams:
             if (elicitation := await call.open_url(message, link)) is not None:
                 # Told `notifications/elicitation/complete` once the server is connected (frontend/stacks.py).
                 waiting = self.elicitations.setdefault(server, [])
-                waiting[:] = [*waiting[-(MAX_ELICITATIONS - 1) :], (call.ctx, elicitation)]
+                waiting[:] = [*waiting[-(MAX_ELICITATIONS - 1) :], (call.request, elicitation)]
         return login_answer(server, self.tenant, link, self.logins.ttl, tool=tool)
 
     async def disconnect_account(self, server: str) -> dict[str, Any]:
@@ -472,18 +473,20 @@ class Upstreams:
         intent: dict[str, Any] | None = None,
         destructive: bool = True,
         tasks: bool = False,
-        client: str = "",
+        caller: Caller | None = None,
     ) -> bytes | dict[str, Any]:
-        """Call an upstream tool through the gate, recorded in the activity log.
+        """Call an upstream tool through the gate and the decision point, recorded in the activity log.
 
         `via` names the path the call came by (`direct`, `call_tool_read`, `proxy`, ...); without
-        `destructive`, a tool its server marks destructive is refused. Refused (with the answer to
-        give) when the gate stops the call; UpstreamError when it fails. With `tasks` (an endpoint
-        that routes task handles back), a 2026-07-28 client that opted in to the Tasks extension
-        may get a task from an upstream that offers them; its handle is remembered here.
+        `destructive`, a tool its server marks destructive is refused. `caller` says who asks when
+        no client's call is at hand (it is the call's own otherwise). Refused (with the answer to
+        give) when the gate or a decision stops the call; UpstreamError when it fails. With `tasks`
+        (an endpoint that routes task handles back), a 2026-07-28 client that opted in to the Tasks
+        extension may get a task from an upstream that offers them; its handle is remembered here.
         """
         started = time.monotonic()
         request_id = new_request_id()
+        who = call.caller if call is not None else caller or Caller()
 
         def record(outcome: Outcome, result: bytes | None = None) -> None:
             duration = time.monotonic() - started
@@ -495,12 +498,12 @@ class Upstreams:
                 outcome=outcome,
                 duration=duration,
                 request_id=request_id,
-                client=client or client_name(call, params),
-                endpoint=endpoint_of(call, via, target.server),
+                client=who.client,
+                endpoint=who.endpoint or endpoint_of(via, target.server),
                 result_bytes=0 if result is None else len(result),
                 arguments=params.get("arguments"),
                 result=result,
-                trace=trace_context(call, params),
+                trace=(who.traceparent, who.tracestate),
                 tenant=self.tenant,
             )
             if self.metrics is not None:
@@ -509,25 +512,30 @@ class Upstreams:
         if target.login:
             other = "" if target.tool == LOGIN_TOOL else target.tool
             raise Refused(await self.connect_account(target.server, call, tool=other))
-        refusal = self.gate.refusal(target, self.catalog)
-        if refusal is None and target.destructive and not destructive:
-            refusal = error_result(
-                f"Tool '{target.name}' is marked destructive by its server (destructiveHint: true): "
-                f"call it with call_tool_destructive instead of {via}. It was not run."
-            )
-        if refusal is not None:
-            record("blocked")
-            raise Refused(refusal)
+        with self.spans.span("mcpvisor.gate", who, {"mcpvisor.server": target.server}) as span:
+            refusal = self.gate.refusal(target, self.catalog)
+            if refusal is None and target.destructive and not destructive:
+                refusal = error_result(
+                    f"Tool '{target.name}' is marked destructive by its server (destructiveHint: true): "
+                    f"call it with call_tool_destructive instead of {via}. It was not run."
+                )
+            if refusal is None:
+                refusal = await self._decide(target, params, via, who, call)
+            if refusal is not None:
+                span.set("mcpvisor.outcome", "blocked")
+                record("blocked")
+                raise Refused(refusal)
         in_flight = self.metrics.in_flight.labels(self.worker_id(target.server)) if self.metrics is not None else None
-        tasks = tasks and call is not None and call.modern and request_opts_in(call.ctx.params)
+        tasks = tasks and call is not None and call.modern and call.request.declares("extensions", TASKS)
         if tasks and self.offers_tasks(target.server):
             params = with_opt_in(params)
         try:
             if in_flight is not None:
                 in_flight.inc()
-            result = await self.request(
-                target.server, "tools/call", params, call, what=f"Tool '{target.name}'", activity_id=request_id
-            )
+            with self.spans.span("mcpvisor.route", who, {"mcpvisor.worker_id": self.worker_id(target.server)}):
+                result = await self.request(
+                    target.server, "tools/call", params, call, what=f"Tool '{target.name}'", activity_id=request_id
+                )
         except LoginRequired:
             record("error")
             # Never a bare failure: the same answer as the login tool's, the link to log in again.
@@ -544,6 +552,38 @@ class Upstreams:
                 self.tasks.made(target.server, task_id)
             return with_request_id(result, request_id)
         return result
+
+    async def _decide(
+        self, target: ToolTarget, params: dict[str, Any], via: str, caller: Caller, call: ClientCall | None
+    ) -> dict[str, Any] | None:
+        """The decision point: None when the call may run, else the result that explains why not.
+
+        A call that needs an operator's approval waits here, telling a client that asked for
+        progress that it waits.
+        """
+        proposed = Proposed(caller, target.server, target.tool, "tool", target.definition, params.get("arguments"), via)
+        decision = self.decider.decide(proposed)
+        if isinstance(decision, Deny):
+            rules = f" ({', '.join(decision.rules)})" if decision.rules else ""
+            return error_result(f"Tool '{target.name}' was not run: {decision.reason}{rules}.")
+        if not isinstance(decision, Approval):
+            return None
+
+        async def waiting(held: Held, seconds: float) -> None:
+            if call is not None:
+                message = f"Tool '{target.name}' waits for an operator's approval (call {held.id}, {seconds:.0f}s)"
+                await call.request.progress(seconds, None, message)
+
+        held = await self.held.wait(proposed, decision, waiting)
+        if held.verdict == "allowed":
+            return None
+        if held.verdict == "denied":
+            why = f": {held.reason}" if held.reason else ""
+            return error_result(f"Tool '{target.name}' was not run: an operator denied it{why}.")
+        return error_result(
+            f"Tool '{target.name}' was not run: it waited {decision.timeout:g}s for an operator's approval "
+            f"(call {held.id}: {decision.reason}), which did not come."
+        )
 
     def offers_tasks(self, server: str) -> bool:
         """The server's upstream declared the Tasks extension when it last connected."""
@@ -574,6 +614,7 @@ class Upstreams:
         request_id = new_request_id()
         kind: Kind = "resource" if method == "resources/read" else "prompt"
         name = params.get("uri" if kind == "resource" else "name")
+        who = call.caller if call is not None else Caller()
 
         def record(outcome: Outcome, result: bytes | None = None) -> None:
             self.activity.record(
@@ -584,13 +625,13 @@ class Upstreams:
                 outcome=outcome,
                 duration=time.monotonic() - started,
                 request_id=request_id,
-                client=client_name(call, params),
-                endpoint=endpoint_of(call, "", server),
+                client=who.client,
+                endpoint=who.endpoint or endpoint_of("", server),
                 kind=kind,
                 result_bytes=0 if result is None else len(result),
                 arguments=params.get("arguments") if kind == "prompt" else None,
                 result=result,
-                trace=trace_context(call, params),
+                trace=(who.traceparent, who.tracestate),
                 tenant=self.tenant,
             )
 

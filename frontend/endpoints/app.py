@@ -17,12 +17,14 @@ from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
 from mcpvisor.frontend.endpoints.boundary import Boundary, replay
 from mcpvisor.frontend.endpoints.direct import shortcuts_of
+from mcpvisor.frontend.endpoints.eras import HANDSHAKE_VERSIONS
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
 from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback, serve_oauth_start
 from mcpvisor.frontend.endpoints.oauth_resource import ResourceMetadata
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
+from mcpvisor.frontend.endpoints.serving import McpEndpoint
 from mcpvisor.frontend.endpoints.session_path import ShortPaths
 from mcpvisor.runtime.trust import is_loopback
 from mcpvisor.store.oauth_store import START_PATH
@@ -76,12 +78,18 @@ def _counted(send: Send, metrics: Metrics, endpoint: str) -> Send:
 
 
 class FrontendApp:
-    """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py)."""
+    """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py).
+
+    2026-07-28 requests are served by mcpvisor's engine (serving.py); handshake-era ones, for now,
+    by the SDK's session manager behind the short paths.
+    """
 
     def __init__(
         self,
         upstreams: Upstreams,
         endpoints: dict[str, Server[Any]],
+        engines: dict[str, McpEndpoint],
+        servers: ServerEndpoints,
         host: str,
         max_body: int,
         *,
@@ -89,9 +97,10 @@ class FrontendApp:
     ) -> None:
         self.upstreams = upstreams
         self.metrics = metrics
+        self.engines = engines
         security = _security(host)
         # /mcp/servers/NAME: one upstream under its own names, built on its first request.
-        self.servers = ServerEndpoints(upstreams, security, max_body)
+        self.servers = servers
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
         self._apps: dict[str, ASGIApp] = {}
         for path, server in endpoints.items():
@@ -102,7 +111,7 @@ class FrontendApp:
             )
             self._managers[path] = manager
             self._apps[path] = StreamableHTTPASGIApp(manager)
-        # Short paths: requests answered without the SDK's server when nothing can stream.
+        # Short paths: handshake-era requests answered without the SDK's server when nothing can stream.
         self._short: dict[str, ShortPaths] = {}
         for path, server in endpoints.items():
             if (shortcuts := shortcuts_of(server)) is not None:
@@ -124,7 +133,11 @@ class FrontendApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Serve a request the gateway admitted; False when no endpoint of this stack is at its path."""
         path = scope["path"].rstrip("/") or "/"
+        modern = _modern(scope)
         if (app := self._apps.get(path)) is not None:
+            if modern:
+                await self.engines[path](scope, receive, send)
+                return True
             if (short := self._short.get(path)) is not None:
                 answered, body = await short(scope, receive, send)
                 if answered:
@@ -133,13 +146,28 @@ class FrontendApp:
                     receive = replay(body, receive)
             await app(scope, receive, send)
             return True
-        if path.startswith(SERVERS_PREFIX) and (app := await self.servers.app_for(path[len(SERVERS_PREFIX) :])):
-            await app(scope, receive, send)
-            return True
+        if path.startswith(SERVERS_PREFIX):
+            name = path[len(SERVERS_PREFIX) :]
+            if modern:
+                engine = await self.servers.engine_for(name)
+                if engine is not None:
+                    await engine(scope, receive, send)
+                    return True
+            elif (app := await self.servers.app_for(name)) is not None:
+                await app(scope, receive, send)
+                return True
         return False
 
     def endpoints(self) -> list[str]:
         return sorted(self._apps)
+
+
+def _modern(scope: Scope) -> bool:
+    """The request speaks 2026-07-28 (or a version the engine refuses): the engine answers it."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"mcp-protocol-version":
+            return value.decode("latin-1") not in HANDSHAKE_VERSIONS
+    return False
 
 
 class Gateway:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Final
 
 import mcp_types as types
 from mcp.server import CacheHint, NotificationOptions, Server, ServerRequestContext
@@ -13,13 +13,19 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.forwarding import complete, decoded, forwardable
 from mcpvisor.frontend.door.tasks import TASK_METHODS, TASKS, UnknownTask, created_task, exposed_task_id, split_task_id
-from mcpvisor.frontend.door.upstreams import Refused, UpstreamError, Upstreams
+from mcpvisor.frontend.door.upstreams import Refused, ToolTarget, UpstreamError, Upstreams
+from mcpvisor.frontend.endpoints import eras, rpc
 from mcpvisor.frontend.endpoints.clients import Clients
+from mcpvisor.frontend.endpoints.door_handlers import forwarding, listening, session_handlers, task_requests
+from mcpvisor.frontend.endpoints.handlers import Context, Handler, Identity, Result, Table, discover
 from mcpvisor.frontend.endpoints.listings import Listing
-from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
+from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer, SdkRequester
+from mcpvisor.frontend.endpoints.notices import Notices
 from mcpvisor.frontend.endpoints.pages import paged
+from mcpvisor.frontend.endpoints.request_state import StateSeal
 from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
 from mcpvisor.frontend.endpoints.tasks import TaskParams, call_refused, check_task_request
+from mcpvisor.frontend.endpoints.tool_calls import Builtin, ToolCalls, forwarded
 from mcpvisor.frontend.tools.builtins import MANAGEMENT_TOOLS, Builtins
 from mcpvisor.frontend.unsieved import keep
 
@@ -73,12 +79,12 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
         clients.remember(ctx)
         if params.name in MANAGEMENT_TOOLS:
-            return await builtins.call(params.name, params.arguments, ctx)
+            return await builtins.call(params.name, params.arguments, SdkRequester(ctx))
         target = upstreams.find_tool(params.name)
         forwarded = forwardable(params, ctx)
         forwarded["name"] = target.tool
         try:
-            call = ClientCall(ctx, target.server)
+            call = ClientCall(SdkRequester(ctx), target.server)
             result = await upstreams.call_tool(target, forwarded, call, via="direct", tasks=True)
         except Refused as refused:
             return refused.answer
@@ -100,7 +106,7 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
         forwarded = {**forwardable(params, ctx), "taskId": task_id}
         try:
             raw = await upstreams.task_request(
-                server, ctx.method, forwarded, ClientCall(ctx, server), handle=params.taskId
+                server, ctx.method, forwarded, ClientCall(SdkRequester(ctx), server), handle=params.taskId
             )
         except UnknownTask as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=exc.message) from None
@@ -126,7 +132,7 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
     async def read_resource(ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams) -> dict[str, Any]:
         clients.remember(ctx)
         server = upstreams.find_resource(str(params.uri))
-        call = ClientCall(ctx, server)
+        call = ClientCall(SdkRequester(ctx), server)
         return keep(decoded(await upstreams.request(server, "resources/read", forwardable(params, ctx), call)))
 
     async def list_prompts(
@@ -140,7 +146,9 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
         server, prompt = upstreams.find_prompt(params.name)
         forwarded = forwardable(params, ctx)
         forwarded["name"] = prompt
-        return keep(decoded(await upstreams.request(server, "prompts/get", forwarded, ClientCall(ctx, server))))
+        return keep(
+            decoded(await upstreams.request(server, "prompts/get", forwarded, ClientCall(SdkRequester(ctx), server)))
+        )
 
     async def set_level(ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams) -> dict[str, Any]:
         clients.remember(ctx)
@@ -163,7 +171,11 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
             server, ref["name"] = upstreams.find_prompt(str(ref.get("name")))
         else:
             server = upstreams.find_resource(str(ref.get("uri")))
-        return keep(decoded(await upstreams.request(server, "completion/complete", forwarded, ClientCall(ctx, server))))
+        return keep(
+            decoded(
+                await upstreams.request(server, "completion/complete", forwarded, ClientCall(SdkRequester(ctx), server))
+            )
+        )
 
     def tool_input_schema(name: str) -> dict[str, Any] | None:
         # Lets the 2026-07-28 HTTP path check Mcp-Param headers without listing every tool per call.
@@ -226,3 +238,85 @@ def direct_listings(upstreams: Upstreams, builtins: Builtins) -> dict[str, Listi
         "resources/list": Listing("resources/list", "resources", upstreams.resources, version, size),
         "prompts/list": Listing("prompts/list", "prompts", prompts, version, size),
     }
+
+
+# -- the engine's table ---------------------------------------------------------------------------
+
+DIRECT_INFO: Final = {"name": "mcpvisor-direct", "version": "0.1.0"}
+DIRECT_INSTRUCTIONS: Final = "Every tool of every connected upstream MCP server, named server:tool."
+
+
+def direct_table(upstreams: Upstreams, notices: Notices, builtins: Builtins, seal: StateSeal | None = None) -> Table:
+    """`/mcp/direct` for the engine: every upstream tool, resource and prompt, and the management tools."""
+    page_size = upstreams.settings.page_size
+    listings = direct_listings(upstreams, builtins)
+
+    def listed(method: str) -> Handler:
+        listing = listings[method]
+
+        async def handle(context: Context) -> Result:
+            return listing.result(rpc.member(context.params, "cursor") or None, context.call.version)
+
+        return handle
+
+    async def templates(context: Context) -> Result:
+        cursor = rpc.member(context.params, "cursor") or None
+        return paged("resources/templates/list", "resourceTemplates", upstreams.templates(), cursor, page_size)
+
+    def resolve(name: str) -> Builtin | ToolTarget:
+        if name in MANAGEMENT_TOOLS and builtins.offers(name):
+            return Builtin(name)
+        return upstreams.find_tool(name)
+
+    def read_target(context: Context) -> tuple[str, dict[str, Any]]:
+        return upstreams.find_resource(rpc.member(context.params, "uri")), forwarded(context)
+
+    def prompt_target(context: Context) -> tuple[str, dict[str, Any]]:
+        server, prompt = upstreams.find_prompt(rpc.member(context.params, "name"))
+        return server, forwarded(context, prompt)
+
+    def completion_target(context: Context) -> tuple[str, dict[str, Any]]:
+        params = forwarded(context)
+        ref = dict(rpc.member(context.params, "ref"))
+        if ref.get("type") == "ref/prompt":
+            server, ref["name"] = upstreams.find_prompt(str(ref.get("name")))
+        else:
+            server = upstreams.find_resource(str(ref.get("uri")))
+        params["ref"] = ref
+        return server, params
+
+    def capabilities(version: str) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "completions": {},
+            "logging": {},
+            "prompts": {"listChanged": True},
+            "resources": {"listChanged": True, "subscribe": True},
+            "tools": {"listChanged": True},
+        }
+        if eras.is_modern(version) and any(upstreams.offers_tasks(view.id) for view in upstreams.visible()):
+            found["extensions"] = {TASKS: {}}
+        return found
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        # The 2026-07-28 path checks Mcp-Param headers without listing every tool per call.
+        if name in MANAGEMENT_TOOLS:
+            return builtins.input_schema(name)
+        tool = upstreams.catalog.tool_definition(name)
+        return tool.get("inputSchema") if tool is not None else None
+
+    handlers: dict[str, Handler] = {
+        "server/discover": discover,
+        "tools/list": listed("tools/list"),
+        "tools/call": ToolCalls(upstreams, builtins, resolve, via="direct", tasks=True, task_handles=True),
+        "resources/list": listed("resources/list"),
+        "resources/templates/list": templates,
+        "resources/read": forwarding(upstreams, "resources/read", read_target),
+        "prompts/list": listed("prompts/list"),
+        "prompts/get": forwarding(upstreams, "prompts/get", prompt_target),
+        "completion/complete": forwarding(upstreams, "completion/complete", completion_target),
+        "subscriptions/listen": listening(notices),
+        **session_handlers(notices, upstreams.find_resource),
+        **task_requests(upstreams, split_task_id),
+    }
+    identity = Identity(lambda: dict(DIRECT_INFO), capabilities, lambda: DIRECT_INSTRUCTIONS)
+    return Table("/mcp/direct", handlers, identity, input_schema, seal)

@@ -37,12 +37,12 @@ from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from mcpvisor.frontend.door.calls import Caller
 from mcpvisor.frontend.door.forwarding import ENVELOPE_PREFIX
 from mcpvisor.frontend.door.upstreams import NotFound, Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.endpoints.clients import connection_of
 from mcpvisor.frontend.endpoints.fastpath import (
     CallParams,
-    FastPath,
     ListParams,
     LocalTool,
     Receive,
@@ -54,6 +54,8 @@ from mcpvisor.frontend.endpoints.fastpath import (
     shaped_result,
 )
 from mcpvisor.frontend.endpoints.listings import Listing
+from mcpvisor.frontend.endpoints.rpc import RpcError
+from mcpvisor.frontend.gate.activity import trace_context
 from mcpvisor.wire.errors import INTERNAL_ERROR
 
 _ASKABLE = ("sampling", "elicitation", "roots")
@@ -244,9 +246,10 @@ class SessionPath:
             return None
         if "progressToken" in params._meta:
             return None
-        result = self.listings[request.method].result(params.cursor, version)
-        if result is None:
-            return None
+        try:
+            result = self.listings[request.method].result(params.cursor, version)
+        except RpcError:
+            return None  # the SDK's path explains a bad cursor
         return b'{"jsonrpc":"2.0","id":' + _encode(request.id) + b',"result":' + result + b"}"
 
     async def _call(self, request: _Request, version: str, client: str = "") -> bytes | None:
@@ -279,7 +282,9 @@ class SessionPath:
         if meta:
             forwarded["_meta"] = meta
         try:
-            raw = await self.upstreams.call_tool(target, forwarded, via="direct", client=client)
+            parent, state = trace_context(params._meta, {})
+            caller = Caller(client=client, endpoint="/mcp/direct", traceparent=parent, tracestate=state)
+            raw = await self.upstreams.call_tool(target, forwarded, via="direct", caller=caller)
             assert isinstance(raw, bytes)  # only a client's call can be carried over rounds
             return head + b'"result":' + _result(raw) + b"}"
         except Refused as refused:
@@ -316,16 +321,6 @@ class ShortPaths:
         allowed_hosts: list[str] | None,
         allowed_origins: list[str] | None,
     ) -> None:
-        self.fast = FastPath(
-            upstreams,
-            max_body=max_body,
-            allowed_hosts=allowed_hosts,
-            allowed_origins=allowed_origins,
-            server_info={"name": server.name, "version": server.version or ""},
-            listings=shortcuts.listings,
-            local_tools=shortcuts.local_tools,
-            upstream_tools=shortcuts.upstream_tools,
-        )
         self.sessions = SessionPath(
             upstreams,
             manager,
@@ -341,9 +336,10 @@ class ShortPaths:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> tuple[bool, bytes]:
         """(answered, body read): when not answered, the body must be replayed to the SDK."""
-        # A request that names no session is a 2026-07-28 one, for the stateless path.
-        stateless = not any(name == b"mcp-session-id" for name, _ in scope["headers"])
-        return await (self.fast if stateless else self.sessions)(scope, receive, send)
+        # A request that names no session opens one: the SDK's server answers it.
+        if not any(name == b"mcp-session-id" for name, _ in scope["headers"]):
+            return False, b""
+        return await self.sessions(scope, receive, send)
 
 
 async def _respond(send: Send, status: int, body: bytes, content_type: bytes, session_id: str) -> None:
