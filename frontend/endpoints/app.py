@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -16,7 +17,6 @@ from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
 from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
 from mcpvisor.frontend.endpoints.boundary import Boundary, replay
-from mcpvisor.frontend.endpoints.direct import shortcuts_of
 from mcpvisor.frontend.endpoints.eras import HANDSHAKE_VERSIONS
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
@@ -24,8 +24,7 @@ from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback, ser
 from mcpvisor.frontend.endpoints.oauth_resource import ResourceMetadata
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
-from mcpvisor.frontend.endpoints.serving import McpEndpoint
-from mcpvisor.frontend.endpoints.session_path import ShortPaths
+from mcpvisor.frontend.endpoints.serving import McpEndpoint, read_body
 from mcpvisor.runtime.trust import is_loopback
 from mcpvisor.store.oauth_store import START_PATH
 
@@ -80,8 +79,8 @@ def _counted(send: Send, metrics: Metrics, endpoint: str) -> Send:
 class FrontendApp:
     """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py).
 
-    2026-07-28 requests are served by mcpvisor's engine (serving.py); handshake-era ones, for now,
-    by the SDK's session manager behind the short paths.
+    mcpvisor's engine (serving.py) serves every request but the sessions of clients that can be
+    asked things, which the SDK's session manager keeps for now.
     """
 
     def __init__(
@@ -98,7 +97,6 @@ class FrontendApp:
         self.upstreams = upstreams
         self.metrics = metrics
         self.engines = engines
-        security = _security(host)
         # /mcp/servers/NAME: one upstream under its own names, built on its first request.
         self.servers = servers
         self._managers: dict[str, StreamableHTTPSessionManager] = {}
@@ -111,19 +109,6 @@ class FrontendApp:
             )
             self._managers[path] = manager
             self._apps[path] = StreamableHTTPASGIApp(manager)
-        # Short paths: handshake-era requests answered without the SDK's server when nothing can stream.
-        self._short: dict[str, ShortPaths] = {}
-        for path, server in endpoints.items():
-            if (shortcuts := shortcuts_of(server)) is not None:
-                self._short[path] = ShortPaths(
-                    upstreams,
-                    self._managers[path],
-                    server,
-                    shortcuts,
-                    max_body=max_body,
-                    allowed_hosts=security.allowed_hosts if security is not None else None,
-                    allowed_origins=security.allowed_origins if security is not None else None,
-                )
 
     async def run(self, stack: AsyncExitStack) -> None:
         """Start every endpoint's session manager on `stack`."""
@@ -133,41 +118,61 @@ class FrontendApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Serve a request the gateway admitted; False when no endpoint of this stack is at its path."""
         path = scope["path"].rstrip("/") or "/"
-        modern = _modern(scope)
-        if (app := self._apps.get(path)) is not None:
-            if modern:
-                await self.engines[path](scope, receive, send)
-                return True
-            if (short := self._short.get(path)) is not None:
-                answered, body = await short(scope, receive, send)
-                if answered:
-                    return True
-                if body:
-                    receive = replay(body, receive)
-            await app(scope, receive, send)
-            return True
-        if path.startswith(SERVERS_PREFIX):
+        engine = self.engines.get(path)
+        app = self._apps.get(path)
+        if engine is None and path.startswith(SERVERS_PREFIX):
             name = path[len(SERVERS_PREFIX) :]
-            if modern:
-                engine = await self.servers.engine_for(name)
-                if engine is not None:
-                    await engine(scope, receive, send)
-                    return True
-            elif (app := await self.servers.app_for(name)) is not None:
-                await app(scope, receive, send)
-                return True
-        return False
+            engine = await self.servers.engine_for(name)
+            if engine is None:
+                return False
+            app = await self.servers.app_for(name)
+        if engine is None or app is None:
+            return False
+        serves, receive = await _engine_serves(engine, scope, receive)
+        await (engine if serves else app)(scope, receive, send)
+        return True
 
     def endpoints(self) -> list[str]:
         return sorted(self._apps)
 
 
-def _modern(scope: Scope) -> bool:
-    """The request speaks 2026-07-28 (or a version the engine refuses): the engine answers it."""
+_ASKABLE = ("sampling", "elicitation", "roots")
+
+
+class _Opening(msgspec.Struct):
+    method: str = ""
+    params: dict[str, Any] | None = None
+
+
+_decode_opening = msgspec.json.Decoder(_Opening)
+
+
+async def _engine_serves(engine: McpEndpoint, scope: Scope, receive: Receive) -> tuple[bool, Receive]:
+    """Whether mcpvisor's engine serves this request (and the `receive` to go on with).
+
+    Every 2026-07-28 request, and every handshake-era session whose client cannot be asked
+    anything: a client that declared sampling, elicitation or roots still opens its session with
+    the SDK's server, which keeps it.
+    """
+    session_id = None
     for name, value in scope["headers"]:
-        if name.lower() == b"mcp-protocol-version":
-            return value.decode("latin-1") not in HANDSHAKE_VERSIONS
-    return False
+        name = name.lower()
+        if name == b"mcp-protocol-version" and value.decode("latin-1") not in HANDSHAKE_VERSIONS:
+            return True, receive
+        if name == b"mcp-session-id":
+            session_id = value.decode("latin-1")
+    if session_id is not None:
+        return engine.sessions.known(session_id), receive
+    if scope["method"] != "POST":
+        return True, receive
+    body = await read_body(receive)
+    try:
+        opening = _decode_opening.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return True, replay(body, receive)
+    capabilities = (opening.params or {}).get("capabilities")
+    asks = isinstance(capabilities, dict) and any(isinstance(capabilities.get(n), dict) for n in _ASKABLE)
+    return not (opening.method == "initialize" and asks), replay(body, receive)
 
 
 class Gateway:

@@ -23,7 +23,6 @@ from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer, SdkRequeste
 from mcpvisor.frontend.endpoints.notices import Notices
 from mcpvisor.frontend.endpoints.pages import paged
 from mcpvisor.frontend.endpoints.request_state import StateSeal
-from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
 from mcpvisor.frontend.endpoints.tasks import TaskParams, call_refused, check_task_request
 from mcpvisor.frontend.endpoints.tool_calls import Builtin, ToolCalls, forwarded
 from mcpvisor.frontend.tools.builtins import MANAGEMENT_TOOLS, Builtins
@@ -209,15 +208,8 @@ def build_direct_server(upstreams: Upstreams, clients: Clients, builtins: Builti
         )
     for method in TASK_METHODS:
         server.add_request_handler(method, TaskParams, task_request)
-    sessions = Sessions()
-    server.middleware += [sessions, clients.remembering]
-    server.shortcuts = Shortcuts(listings, sessions, sdk_tools=frozenset(MANAGEMENT_TOOLS))  # type: ignore[attr-defined]
+    server.middleware += [clients.remembering]
     return server
-
-
-def shortcuts_of(server: Server[Any]) -> Shortcuts | None:
-    shortcuts = getattr(server, "shortcuts", None)
-    return shortcuts if isinstance(shortcuts, Shortcuts) else None
 
 
 def direct_listings(upstreams: Upstreams, builtins: Builtins) -> dict[str, Listing]:

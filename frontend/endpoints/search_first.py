@@ -19,10 +19,8 @@ from mcpvisor.frontend.endpoints.direct import CACHE_HINTS
 from mcpvisor.frontend.endpoints.handlers import Context, Handler, Identity, Result, Table, discover
 from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer, SdkRequester
 from mcpvisor.frontend.endpoints.request_state import StateSeal
-from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
 from mcpvisor.frontend.endpoints.tool_calls import Builtin, ToolCalls
 from mcpvisor.frontend.tools.builtins import SEARCH_ENDPOINT_TOOLS, Builtins
-from mcpvisor.frontend.tools.retrieval import DESCRIBE_TOOL_NAME, RETRIEVE_TOOL_NAME
 from mcpvisor.wire.errors import INVALID_PARAMS
 
 INSTRUCTIONS = (
@@ -69,18 +67,6 @@ def build_search_server(builtins: Builtins) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
-    # retrieve_tools needs nothing of the SDK's server: quiet clients get it on the short paths.
-    sessions = Sessions()
-    server.middleware.append(sessions)
-
-    async def retrieve(arguments: dict[str, Any]) -> dict[str, Any]:
-        return await builtins.call(RETRIEVE_TOOL_NAME, arguments)
-
-    async def describe(arguments: dict[str, Any]) -> dict[str, Any]:
-        return await builtins.call(DESCRIBE_TOOL_NAME, arguments)
-
-    local = {RETRIEVE_TOOL_NAME: retrieve, DESCRIBE_TOOL_NAME: describe}
-    server.shortcuts = Shortcuts({}, sessions, local_tools=local, upstream_tools=False)  # type: ignore[attr-defined]
     return server
 
 
