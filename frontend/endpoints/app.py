@@ -1,30 +1,22 @@
-"""The HTTP side of the frontend: MCP endpoints, health, served by hypercorn on trio."""
+"""The frontend's HTTP app: who is asking, then what: MCP endpoints, health, metrics, logins."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-from mcp.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
-
 from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
-from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
-from mcpvisor.frontend.endpoints.boundary import Boundary, replay
-from mcpvisor.frontend.endpoints.eras import HANDSHAKE_VERSIONS
+from mcpvisor.frontend.endpoints.boundary import Boundary
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
 from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback, serve_oauth_start
 from mcpvisor.frontend.endpoints.oauth_resource import ResourceMetadata
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
-from mcpvisor.frontend.endpoints.serving import McpEndpoint, read_body
+from mcpvisor.frontend.endpoints.serving import McpEndpoint
 from mcpvisor.runtime.trust import is_loopback
 from mcpvisor.store.oauth_store import START_PATH
 
@@ -37,20 +29,6 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _security(host: str) -> TransportSecuritySettings | None:
-    # On loopback, refuse other Host/Origin headers: a web page must not reach the gateway by
-    # DNS rebinding. On other addresses the operator fronts it with their own proxy and names.
-    if host in _LOOPBACK:
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
-    return None
 
 
 async def _send_json(send: Send, status: int, body: object) -> None:
@@ -77,102 +55,26 @@ def _counted(send: Send, metrics: Metrics, endpoint: str) -> Send:
 
 
 class FrontendApp:
-    """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py).
+    """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py)."""
 
-    mcpvisor's engine (serving.py) serves every request but the sessions of clients that can be
-    asked things, which the SDK's session manager keeps for now.
-    """
-
-    def __init__(
-        self,
-        upstreams: Upstreams,
-        endpoints: dict[str, Server[Any]],
-        engines: dict[str, McpEndpoint],
-        servers: ServerEndpoints,
-        host: str,
-        max_body: int,
-        *,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.upstreams = upstreams
-        self.metrics = metrics
+    def __init__(self, engines: dict[str, McpEndpoint], servers: ServerEndpoints) -> None:
         self.engines = engines
         # /mcp/servers/NAME: one upstream under its own names, built on its first request.
         self.servers = servers
-        self._managers: dict[str, StreamableHTTPSessionManager] = {}
-        self._apps: dict[str, ASGIApp] = {}
-        for path, server in endpoints.items():
-            manager = StreamableHTTPSessionManager(
-                app=server,
-                security_settings=_security(host),
-                max_request_body_size=max_body,
-            )
-            self._managers[path] = manager
-            self._apps[path] = StreamableHTTPASGIApp(manager)
-
-    async def run(self, stack: AsyncExitStack) -> None:
-        """Start every endpoint's session manager on `stack`."""
-        for manager in self._managers.values():
-            await stack.enter_async_context(manager.run())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Serve a request the gateway admitted; False when no endpoint of this stack is at its path."""
         path = scope["path"].rstrip("/") or "/"
-        engine = self.engines.get(path)
-        app = self._apps.get(path)
-        if engine is None and path.startswith(SERVERS_PREFIX):
-            name = path[len(SERVERS_PREFIX) :]
-            engine = await self.servers.engine_for(name)
-            if engine is None:
-                return False
-            app = await self.servers.app_for(name)
-        if engine is None or app is None:
+        endpoint = self.engines.get(path)
+        if endpoint is None and path.startswith(SERVERS_PREFIX):
+            endpoint = await self.servers.endpoint_for(path[len(SERVERS_PREFIX) :])
+        if endpoint is None:
             return False
-        serves, receive = await _engine_serves(engine, scope, receive)
-        await (engine if serves else app)(scope, receive, send)
+        await endpoint(scope, receive, send)
         return True
 
     def endpoints(self) -> list[str]:
-        return sorted(self._apps)
-
-
-_ASKABLE = ("sampling", "elicitation", "roots")
-
-
-class _Opening(msgspec.Struct):
-    method: str = ""
-    params: dict[str, Any] | None = None
-
-
-_decode_opening = msgspec.json.Decoder(_Opening)
-
-
-async def _engine_serves(engine: McpEndpoint, scope: Scope, receive: Receive) -> tuple[bool, Receive]:
-    """Whether mcpvisor's engine serves this request (and the `receive` to go on with).
-
-    Every 2026-07-28 request, and every handshake-era session whose client cannot be asked
-    anything: a client that declared sampling, elicitation or roots still opens its session with
-    the SDK's server, which keeps it.
-    """
-    session_id = None
-    for name, value in scope["headers"]:
-        name = name.lower()
-        if name == b"mcp-protocol-version" and value.decode("latin-1") not in HANDSHAKE_VERSIONS:
-            return True, receive
-        if name == b"mcp-session-id":
-            session_id = value.decode("latin-1")
-    if session_id is not None:
-        return engine.sessions.known(session_id), receive
-    if scope["method"] != "POST":
-        return True, receive
-    body = await read_body(receive)
-    try:
-        opening = _decode_opening.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return True, replay(body, receive)
-    capabilities = (opening.params or {}).get("capabilities")
-    asks = isinstance(capabilities, dict) and any(isinstance(capabilities.get(n), dict) for n in _ASKABLE)
-    return not (opening.method == "initialize" and asks), replay(body, receive)
+        return sorted(self.engines)
 
 
 class Gateway:

@@ -81,7 +81,8 @@ class Context:
         self.table = table
         self.outbox = outbox
         self.tenant = tenant
-        self._carried = carried
+        # What a 2026-07-28 client brings back from a round: its answers, and the state, opened.
+        self.carried = carried
         self._caller: Caller | None = None
 
     @property
@@ -116,10 +117,6 @@ class Context:
     @property
     def progress_token(self) -> str | int | None:
         return self.call.progress_token
-
-    @property
-    def carried(self) -> dict[str, Any]:
-        return self._carried
 
     def declares(self, capability: str, detail: str | None = None) -> bool:
         found = self.call.capabilities.get(capability)
@@ -286,7 +283,7 @@ async def dispatch(context: Context) -> bytes:
     check_params(call)
     rounds = call.modern and method in eras.INPUT_REQUIRED_METHODS and context.table.seal is not None
     if rounds:
-        context._carried = _carried(context)
+        context.carried = _carried(context)
     if method == "initialize":
         result: Result = initialize(context)
     elif method == "ping":

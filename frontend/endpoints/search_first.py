@@ -8,20 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import mcp_types as types
-from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
-
-from mcpvisor.frontend.door.forwarding import complete
 from mcpvisor.frontend.door.upstreams import NotFound, Upstreams
 from mcpvisor.frontend.endpoints import eras
-from mcpvisor.frontend.endpoints.direct import CACHE_HINTS
 from mcpvisor.frontend.endpoints.handlers import Context, Handler, Identity, Result, Table, discover
-from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer, SdkRequester
 from mcpvisor.frontend.endpoints.request_state import StateSeal
 from mcpvisor.frontend.endpoints.tool_calls import Builtin, ToolCalls
 from mcpvisor.frontend.tools.builtins import SEARCH_ENDPOINT_TOOLS, Builtins
-from mcpvisor.wire.errors import INVALID_PARAMS
 
 INSTRUCTIONS = (
     "mcpvisor aggregates many upstream MCP servers behind a few tools. "
@@ -36,41 +28,6 @@ INSTRUCTIONS = (
     "The proxy tool lists, describes and calls tools, resources and prompts in one interface."
 )
 
-
-def build_search_server(builtins: Builtins) -> Server[Any]:
-    """The MCP server behind `/mcp`."""
-
-    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
-        return complete({"tools": builtins.definitions(SEARCH_ENDPOINT_TOOLS)})
-
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
-        if params.name not in SEARCH_ENDPOINT_TOOLS:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=(
-                    f"Unknown tool '{params.name}': this endpoint offers {', '.join(SEARCH_ENDPOINT_TOOLS)}. "
-                    "Find upstream tools with retrieve_tools and call them with call_tool_read, "
-                    "call_tool_write or call_tool_destructive."
-                ),
-            )
-        return await builtins.call(params.name, params.arguments, SdkRequester(ctx))
-
-    def tool_input_schema(name: str) -> dict[str, Any] | None:
-        return builtins.input_schema(name) if name in SEARCH_ENDPOINT_TOOLS else None
-
-    server = AnnouncingServer(
-        "mcpvisor",
-        get_tool_input_schema=tool_input_schema,
-        version="0.1.0",
-        instructions=INSTRUCTIONS,
-        cache_hints=CACHE_HINTS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
-    return server
-
-
-# -- the engine's table ---------------------------------------------------------------------------
 
 SEARCH_INFO: Final = {"name": "mcpvisor", "version": "0.1.0"}
 

@@ -104,6 +104,12 @@ class _Answer:
         status, headers = self.exchange.head()
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
 
+    async def start(self) -> None:
+        """Answer on an SSE stream, now: its head goes out before the handler runs."""
+        async with self._lock:
+            if not self.closed and not self.exchange.streaming:
+                await self._start_stream()
+
     async def event(self, message: bytes) -> None:
         """A message before the answer: the answer becomes an SSE stream if it was not one yet."""
         async with self._lock:
@@ -251,7 +257,7 @@ class McpEndpoint:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_client, receive, answer, nursery.cancel_scope)
                 if call.stream:
-                    await self._start(answer)
+                    await answer.start()
                 elif call.modern:
                     nursery.start_soon(self._keep_alive, answer)
                 await self._run(context, answer)
@@ -259,10 +265,6 @@ class McpEndpoint:
         finally:
             if session is not None:
                 self.sessions.finish(session)
-
-    async def _start(self, answer: _Answer) -> None:
-        async with answer._lock:
-            await answer._start_stream()
 
     async def _run(self, context: Context, answer: _Answer) -> None:
         call = context.call

@@ -22,7 +22,6 @@ from mcpvisor.frontend.tool_args import (
     json_type,
 )
 from mcpvisor.frontend.tools.response_cache import ResponseCache, cut_result
-from mcpvisor.frontend.unsieved import keep
 
 # Call tool name -> the operation type its intent must declare.
 VARIANTS: Final[dict[str, str]] = {
@@ -199,4 +198,4 @@ class ToolCaller:
             return error_result(exc.message)
         if isinstance(result, dict):
             return result  # input required: the client answers and calls again
-        return keep(cut_result(decoded(result), self.upstreams.settings.tool_response_limit, self.cache))
+        return cut_result(decoded(result), self.upstreams.settings.tool_response_limit, self.cache)
