@@ -14,6 +14,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from mcpvisor.frontend.door.catalog import Catalog
 from mcpvisor.frontend.door.control import ControlClient
+from mcpvisor.frontend.door.decisions import HoldMatching
 from mcpvisor.frontend.door.gatekeeper import Gate
 from mcpvisor.frontend.door.logins import LoginTickets
 from mcpvisor.frontend.door.metrics import Metrics
@@ -127,6 +128,7 @@ async def run(
             required=script_runner.sandbox_required(settings, spec.tenants), hidden=tuple(spec.hidden)
         ),
         logins=LoginTickets(ttl=settings.login_link_ttl),
+        decider=HoldMatching.from_environment(),
     )
     router.on_account = shared.activity.record_account
     services: trio.Nursery | None = None
