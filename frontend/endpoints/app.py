@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
 from mcpvisor.frontend.endpoints.boundary import Boundary
+from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
 from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback, serve_oauth_start
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from mcpvisor.frontend.stacks import Stacks
 
 log = logging.getLogger(__name__)
+
+CONSOLE_PATH = f"{CONSOLE_PREFIX}/"  # the web console, where `GET /` sends a browser
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -148,6 +151,9 @@ class Gateway:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
+        if path == "/" and scope["method"] in ("GET", "HEAD"):
+            await self._front_door(send)
+            return
         if principal is None or not path.startswith("/mcp"):
             await self._not_found(send, path)
             return
@@ -174,6 +180,23 @@ class Gateway:
         finally:
             stack.done()
             self.limits.done(tenant, scope)
+
+    async def _front_door(self, send: Send) -> None:
+        """`GET /`: a browser goes on to the console; a program reads where things are."""
+        plain = self.stacks.get("")
+        body = {
+            "console": CONSOLE_PATH,
+            "endpoints": plain.app.endpoints() if plain is not None else [],
+            "health": "/healthz",
+        }
+        data = json.dumps(body).encode()
+        headers = [
+            (b"location", CONSOLE_PATH.encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 302, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
 
     async def _not_found(self, send: Send, path: str) -> None:
         # Every stack has the same endpoints; every 404 looks the same, whoever asks and why.
