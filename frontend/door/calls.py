@@ -122,6 +122,11 @@ class ClientCall:
     def caller(self) -> Caller:
         return self.request.caller
 
+    @property
+    def askable(self) -> bool:
+        """The client declared something an upstream may ask it (sampling, elicitation, roots)."""
+        return any(self.request.declares(capability) for capability in ASKS.values())
+
     async def notify(self, method: str, payload: bytes) -> bool:
         """Deliver an upstream notification tied to this call; False when it is not for this client."""
         try:
@@ -168,14 +173,14 @@ class ClientCall:
         capability = ASKS.get(method)
         if capability is None:
             raise AskFailed(METHOD_NOT_FOUND, f"{method} cannot be passed to a client")
+        if not self.request.declares(capability):
+            raise AskFailed(INVALID_REQUEST, f"the client did not declare the capability {method} needs")
         if self.modern and self.rounds is None:
             raise AskFailed(
                 INVALID_REQUEST,
                 f"the client speaks 2026-07-28 and this request cannot be answered over rounds, so {method}"
                 " cannot be put to it",
             )
-        if not self.request.declares(capability):
-            raise AskFailed(INVALID_REQUEST, f"the client did not declare the capability {method} needs")
         try:
             params = _decode.decode(payload) if payload.strip() else {}
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

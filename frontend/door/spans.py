@@ -10,8 +10,6 @@ values are names and ids, never arguments, results or secrets.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Protocol
 
 from mcpvisor.frontend.door.calls import Caller
@@ -34,6 +32,14 @@ class Spans(Protocol):
 
 
 class _Unrecorded:
+    """A stage nobody records: its own context manager, so tracing off costs a method call."""
+
+    def __enter__(self) -> _Unrecorded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
     def set(self, key: str, value: Any) -> None:
         pass
 
@@ -45,8 +51,7 @@ _UNRECORDED = _Unrecorded()
 
 
 class NoSpans:
-    """Tracing off: every stage costs one context manager."""
+    """Tracing off."""
 
-    @contextmanager
-    def span(self, name: str, caller: Caller | None, attributes: dict[str, Any]) -> Iterator[Span]:
-        yield _UNRECORDED
+    def span(self, name: str, caller: Caller | None, attributes: dict[str, Any]) -> _Unrecorded:
+        return _UNRECORDED

@@ -405,7 +405,8 @@ class Upstreams:
             return await self._logged_request(server, method, params, call, what)
         timeout = self.call_timeout(server)
         try:
-            if call is not None and call.modern and method in ROUND_METHODS:
+            # Only a 2026-07-28 client that can be asked something needs its call carried over rounds.
+            if call is not None and call.modern and method in ROUND_METHODS and call.askable:
                 router = self.router
 
                 async def send(params: dict[str, Any], call: ClientCall) -> bytes:
@@ -525,7 +526,7 @@ class Upstreams:
                 span.set("mcpvisor.outcome", "blocked")
                 record("blocked")
                 raise Refused(refusal)
-        in_flight = self.metrics.in_flight.labels(self.worker_id(target.server)) if self.metrics is not None else None
+        in_flight = self.metrics.in_flight_of(self.worker_id(target.server)) if self.metrics is not None else None
         tasks = tasks and call is not None and call.modern and call.request.declares("extensions", TASKS)
         if tasks and self.offers_tasks(target.server):
             params = with_opt_in(params)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
-from mcp.shared.inbound import decode_header_value, validate_mcp_param_headers
+from mcp.shared.inbound import decode_header_value, validate_mcp_param_headers, x_mcp_header_map
 from msgspec import UNSET, Raw
 
 from mcpvisor.frontend.endpoints import rpc
@@ -57,6 +57,7 @@ _SSE_HEADERS: Final = (
     (b"x-accel-buffering", b"no"),
 )
 PING: Final = b": ping\r\n\r\n"
+_SCHEMAS_KEPT: Final = 50_000
 _INVALID_BODY: Final = "Body must be a single JSON-RPC request or notification object"
 _decode_any = msgspec.json.Decoder()
 
@@ -254,6 +255,7 @@ class Engine:
         self.security = security
         self.sessions = sessions if sessions is not None else Sessions()
         self.input_schema = input_schema  # a tool's input schema, for its Mcp-Param-* headers
+        self._annotations: dict[int, tuple[Mapping[str, Any], bool]] = {}
 
     def receive(self, request: HttpRequest) -> Inbound:
         version = request.headers.get(VERSION_HEADER)
@@ -316,20 +318,31 @@ class Engine:
 
     def _check_param_headers(self, params: dict[str, Raw], headers: Headers) -> None:
         """A tools/call's `Mcp-Param-*` headers must agree with the arguments the tool's schema names."""
+        sent = any(name.startswith("mcp-param-") for name in headers.values)
+        try:
+            name = rpc.member(params, "name")
+        except msgspec.DecodeError:
+            return  # the handler explains params that are not JSON
+        schema = self.input_schema(name) if isinstance(name, str) else None
+        if schema is None or not (sent or self._annotated(schema)):
+            return  # no header sent, none declared: nothing can disagree
         arguments = rpc.member(params, "arguments")
         if arguments is UNSET or arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
             return  # the handler explains arguments that are not an object
-        if not arguments and not any(name.startswith("mcp-param-") for name in headers.values):
-            return
-        name = rpc.member(params, "name")
-        schema = self.input_schema(name) if isinstance(name, str) else None
-        if schema is None:
-            return
         rejection = validate_mcp_param_headers(schema, arguments, headers.values)
         if rejection is not None:
             raise RpcError(rejection.code, rejection.message)
+
+    def _annotated(self, schema: Mapping[str, Any]) -> bool:
+        """Whether a tool's input schema declares any `Mcp-Param-*` header (`x-mcp-header`), kept per schema."""
+        found = self._annotations.get(id(schema))
+        if found is None or found[0] is not schema:
+            if len(self._annotations) > _SCHEMAS_KEPT:
+                self._annotations.clear()
+            found = self._annotations[id(schema)] = (schema, bool(x_mcp_header_map(schema)))
+        return found[1]
 
     # -- handshake era -------------------------------------------------------------------------
 

@@ -254,6 +254,9 @@ _decode_meta = msgspec.json.Decoder(_Meta)
 
 def check_params(call: Call) -> None:
     """Refuse params that do not fit the method (INVALID_PARAMS, as the SDK words it)."""
+    if call.method == "tools/call":
+        _check_call(call)
+        return
     decoder = _DECODERS.get(call.method)
     try:
         if decoder is not None:
@@ -266,6 +269,29 @@ def check_params(call: Call) -> None:
         raise rpc.invalid_params() from None
     if call.modern and (level := call.meta.get(eras.LOG_LEVEL_KEY)) is not None and level not in eras.LOG_LEVELS:
         raise rpc.invalid_params()
+
+
+def _check_call(call: Call) -> None:
+    """check_params of a tools/call, the commonest request, without encoding its params again."""
+    params = call.params
+    name = params.get("name")
+    arguments = params.get("arguments")
+    if name is None or bytes(name)[:1] != b'"' or (arguments is not None and bytes(arguments)[:1] not in b"{n"):
+        raise rpc.invalid_params()
+    try:
+        if "_meta" in params:
+            _decode_meta.decode(params["_meta"])
+        _decode_name.decode(name)
+        if arguments is not None and bytes(arguments)[:1] == b"n":
+            _decode_null.decode(arguments)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise rpc.invalid_params() from None
+    if call.modern and (level := call.meta.get(eras.LOG_LEVEL_KEY)) is not None and level not in eras.LOG_LEVELS:
+        raise rpc.invalid_params()
+
+
+_decode_name = msgspec.json.Decoder(str)
+_decode_null = msgspec.json.Decoder(None)
 
 
 async def dispatch(context: Context) -> bytes:

@@ -54,6 +54,9 @@ _ASGI: Final = {"spec_version": "2.1", "version": "3.0"}
 # A dict in the scope of every request read here, the same for all requests of one connection: what
 # holds for the whole connection (its peer's uid) is found out once (frontend/endpoints/boundary.py).
 CONNECTION_KEY: Final = "mcpvisor.connection"
+# In the `extensions` of every request read here: `watch(cancel_scope)` cancels the scope if the
+# client goes away before the answer is written (an app need not call `receive` in a task of its own).
+DISCONNECT_KEY: Final = "mcpvisor.cancel_on_disconnect"
 _NO_BODY_STATUS: Final = frozenset({204, 304})
 _UNSAFE: Final = re.compile(rb"[\x00\r\n]")
 
@@ -283,6 +286,7 @@ class _Connection:
         self._watch: trio.CancelScope | None = None
         self._watch_done: trio.Event | None = None
         self._gone = trio.Event()
+        self._cancel_when_gone: list[trio.CancelScope] = []
         self._nursery: trio.Nursery | None = None
 
     async def run(self) -> None:
@@ -340,7 +344,7 @@ class _Connection:
                 "client": client,
                 "server": local,
                 "state": {},
-                "extensions": {},
+                "extensions": {DISCONNECT_KEY: self.cancel_on_disconnect},
                 CONNECTION_KEY: facts,
             }
             served += 1
@@ -393,12 +397,29 @@ class _Connection:
 
     async def wait_gone(self) -> None:
         """Until the client closes the connection (read from it meanwhile: pipelined requests are kept)."""
+        self._watch_connection()
+        await self._gone.wait()
+
+    def cancel_on_disconnect(self, scope: trio.CancelScope) -> None:
+        """Cancel `scope` if the client closes the connection while the current request is served."""
+        if self._gone.is_set():
+            scope.cancel()
+            return
+        self._cancel_when_gone.append(scope)
+        self._watch_connection()
+
+    def _watch_connection(self) -> None:
         if self._watch is None and not self._gone.is_set():
             assert self._nursery is not None
             self._watch = trio.CancelScope()
             self._watch_done = trio.Event()
             self._nursery.start_soon(self._watching, self._watch, self._watch_done)
-        await self._gone.wait()
+
+    def _went(self) -> None:
+        self._gone.set()
+        for scope in self._cancel_when_gone:
+            scope.cancel()
+        self._cancel_when_gone.clear()
 
     async def _watching(self, scope: trio.CancelScope, done: trio.Event) -> None:
         try:
@@ -408,13 +429,14 @@ class _Connection:
                         break
                 else:
                     await trio.sleep_forever()  # enough is buffered; the request ends the wait
-                self._gone.set()
+                self._went()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._gone.set()
+            self._went()
         finally:
             done.set()
 
     async def _stop_watching(self) -> None:
+        self._cancel_when_gone.clear()
         if self._watch is not None and self._watch_done is not None:
             self._watch.cancel()
             await self._watch_done.wait()

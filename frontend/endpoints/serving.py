@@ -37,6 +37,7 @@ from mcpvisor.frontend.endpoints.engine import (
     stream_head,
 )
 from mcpvisor.frontend.endpoints.handlers import Context, Table, dispatch
+from mcpvisor.frontend.endpoints.http_server import DISCONNECT_KEY
 from mcpvisor.frontend.endpoints.notices import Notices
 from mcpvisor.frontend.endpoints.rpc import RpcError
 from mcpvisor.frontend.endpoints.sessions import Session
@@ -48,6 +49,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 KEEPALIVE: Final = 15.0  # seconds between SSE comments on a quiet stream (and before a 2026-07-28 answer turns to SSE)
+WATCH_AFTER: Final = 0.1  # seconds a call runs before its client's connection is watched for going away
 IDLE_CHECK: Final = 60.0  # seconds between looks for idle sessions
 
 
@@ -99,6 +101,11 @@ class _Answer:
         self._send = send
         self._lock = trio.Lock()
         self.closed = False  # the client is gone, or the answer was written
+        self.begun = self.last_output = trio.current_time()
+        # What cancels the call when its client goes away, and the listener's way to watch for that
+        # (set until the watch has begun).
+        self.gone: trio.CancelScope | None = None
+        self.watch: Callable[[trio.CancelScope], None] | None = None
 
     async def _start_stream(self) -> None:
         status, headers = self.exchange.head()
@@ -117,6 +124,7 @@ class _Answer:
                 return
             if not self.exchange.streaming:
                 await self._start_stream()
+            self.last_output = trio.current_time()
             await self._send({"type": "http.response.body", "body": event(message), "more_body": True})
 
     async def ping(self) -> None:
@@ -125,6 +133,7 @@ class _Answer:
                 return
             if not self.exchange.streaming:
                 await self._start_stream()
+            self.last_output = trio.current_time()
             await self._send({"type": "http.response.body", "body": PING, "more_body": True})
 
     async def finish(self, message: bytes, error_code: int | None = None) -> None:
@@ -173,11 +182,13 @@ class McpEndpoint:
         self._running: dict[tuple[str, rpc.RequestId], trio.CancelScope] = {}
         self._asks: dict[tuple[str, rpc.RequestId], _Waiter] = {}
         self._ask_ids = itertools.count(1)
+        self._answering: set[_Answer] = set()  # the answers being written, for the keep-alive
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """End idle sessions and tell clients of list changes, until cancelled."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.notices.serve)
+            nursery.start_soon(self._keep_alive)
             task_status.started()
             while True:
                 await trio.sleep(IDLE_CHECK)
@@ -208,7 +219,7 @@ class McpEndpoint:
             case Reply():
                 await send_reply(send, inbound)
             case Call():
-                await self._serve_call(inbound, receive, send)
+                await self._serve_call(inbound, scope, receive, send)
             case Accepted():
                 await send_reply(send, inbound.reply)
                 self._apply(inbound.effect)
@@ -246,7 +257,7 @@ class McpEndpoint:
             raise AskFailed(answered.error.code, answered.error.message)
         return bytes(answered.result) if answered.result is not None else b"{}"
 
-    async def _serve_call(self, call: Call, receive: Receive, send: Send) -> None:
+    async def _serve_call(self, call: Call, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(call)
         answer = _Answer(exchange, send)
         context = Context(call, self.table, _Outbox(self, call, answer), tenant=self.tenant, carried={})
@@ -254,31 +265,48 @@ class McpEndpoint:
         if session is not None:
             self.sessions.begin(session)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch_client, receive, answer, nursery.cancel_scope)
-                if call.stream:
-                    await answer.start()
-                elif call.modern:
-                    nursery.start_soon(self._keep_alive, answer)
-                await self._run(context, answer)
-                nursery.cancel_scope.cancel()
+            if call.stream:
+                await answer.start()
+            watch = scope.get("extensions", {}).get(DISCONNECT_KEY)
+            if watch is not None:
+                # The listener cancels the call if its client goes away: watched from the keep-alive
+                # round on (most calls are answered before it), so a quick call costs no watch.
+                with trio.CancelScope() as answer.gone:
+                    answer.watch = watch
+                    self._answering.add(answer)
+                    await self._run(context, answer)
+                if answer.gone.cancelled_caught:
+                    answer.closed = True
+            else:
+                self._answering.add(answer)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._watch_client, receive, answer, nursery.cancel_scope)
+                    await self._run(context, answer)
+                    nursery.cancel_scope.cancel()
         finally:
+            self._answering.discard(answer)
             if session is not None:
                 self.sessions.finish(session)
 
     async def _run(self, context: Context, answer: _Answer) -> None:
         call = context.call
-        key = (call.session.id, call.id) if call.session is not None else None
-        with trio.CancelScope() as cancel:
-            if key is not None:
-                self._running[key] = cancel
+        if call.session is None:
             try:
-                message = rpc.result_message(call.id, await dispatch(context))
-                code = None
+                message, code = rpc.result_message(call.id, await dispatch(context)), None
+            except RpcError as error:
+                message, code = rpc.error_message(call.id, error), error.code
+            await answer.finish(message, code)
+            return
+        # A handshake-era client may cancel it with notifications/cancelled on another POST.
+        key = (call.session.id, call.id)
+        with trio.CancelScope() as cancel:
+            self._running[key] = cancel
+            try:
+                message, code = rpc.result_message(call.id, await dispatch(context)), None
             except RpcError as error:
                 message, code = rpc.error_message(call.id, error), error.code
             finally:
-                if key is not None and self._running.get(key) is cancel:
+                if self._running.get(key) is cancel:
                     del self._running[key]
         if cancel.cancelled_caught:
             # The client cancelled it (handshake era): the stream ends with the answer for that.
@@ -294,12 +322,20 @@ class McpEndpoint:
         answer.closed = True
         scope.cancel()
 
-    async def _keep_alive(self, answer: _Answer) -> None:
-        """A 2026-07-28 answer still running after the keep-alive interval turns into a stream, kept
-        alive with comments, so a proxy in front does not close it for idleness."""
+    async def _keep_alive(self) -> None:
+        """Look after the answers still being written, a few times a second: watch for their client
+        going away once they take a while, and comment on those quiet for the keep-alive interval,
+        so a proxy in front does not close them for idleness (a 2026-07-28 answer turns into a
+        stream then)."""
         while True:
-            await trio.sleep(KEEPALIVE)
-            await answer.ping()
+            await trio.sleep(WATCH_AFTER)
+            now = trio.current_time()
+            for answer in list(self._answering):
+                if answer.watch is not None and answer.gone is not None and now - answer.begun >= WATCH_AFTER:
+                    answer.watch(answer.gone)
+                    answer.watch = None
+                if answer.last_output <= now - KEEPALIVE and not answer.closed:
+                    await answer.ping()
 
     async def _serve_stream(self, session: Session, receive: Receive, send: Send) -> None:
         """A session's GET stream: what the server says unasked, until the client closes it."""

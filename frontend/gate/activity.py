@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -58,7 +58,8 @@ class CallRecord:
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """A random 128-bit id as 32 hex digits (a uuid4's randomness, without building a UUID)."""
+    return os.urandom(16).hex()
 
 
 _decode_object = msgspec.json.Decoder(dict[str, Any])
