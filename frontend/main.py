@@ -14,7 +14,6 @@ from hypercorn.config import Config as HypercornConfig
 
 from mcpvisor.frontend.door.catalog import Catalog
 from mcpvisor.frontend.door.control import ControlClient
-from mcpvisor.frontend.door.decisions import HoldMatching
 from mcpvisor.frontend.door.gatekeeper import Gate
 from mcpvisor.frontend.door.logins import LoginTickets
 from mcpvisor.frontend.door.metrics import Metrics
@@ -31,10 +30,14 @@ from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMet
 from mcpvisor.frontend.endpoints.operator import Operator
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.gate.approvals import ToolApprovals
+from mcpvisor.frontend.gate.call_policy import CallGate
+from mcpvisor.frontend.gate.policy_gate import PolicyGate
 from mcpvisor.frontend.gate.store_writer import StoreWriter
+from mcpvisor.frontend.gate.tool_limits import ToolLimits
+from mcpvisor.frontend.gate.waiting_calls import WaitingCalls
 from mcpvisor.frontend.stacks import Shared, Stacks
 from mcpvisor.frontend.tools.code_execution import Confinement
-from mcpvisor.runtime import lifetime, logs, script_runner
+from mcpvisor.runtime import lifetime, logs, script_runner, telemetry
 from mcpvisor.store.state_db import is_shared, open_store
 from mcpvisor.store.tokens import TokenStore
 from mcpvisor.wire import codec, frontend_spec
@@ -47,7 +50,7 @@ from mcpvisor.wire.zsocket import ZSocket
 log = logging.getLogger("mcpvisor.frontend")
 
 
-async def serve_events(sock: ZSocket, router: Router, stacks: Stacks) -> None:
+async def serve_events(sock: ZSocket, router: Router, stacks: Stacks, calls: CallGate) -> None:
     """Follow the supervisor: fail calls to a worker the moment it stops; take in config changes."""
 
     async def handle(_topic: list[bytes], event: EventMessage, _payload: bytes | None) -> None:
@@ -61,6 +64,7 @@ async def serve_events(sock: ZSocket, router: Router, stacks: Stacks) -> None:
             ):
                 router.fail_worker(event.name.removeprefix("worker:"), f"worker {event.state}")
             case ConfigChanged():
+                await calls.reload(event.policies)  # first: the lists clients are sent again use them
                 stacks.config_changed(event.servers, event.tenants)
 
     await serve_messages(sock, codec.events, handle, envelope=1, what="event")
@@ -98,26 +102,31 @@ async def run(
     db = open_store(spec.data_dir, settings.state_url)
     writer = StoreWriter(db)
     catalog = Catalog(settings.direct_tool_names)
+    metrics = Metrics(catalog, status=lambda: control_client.call("status"), workers=lambda: router.catalogs.workers())
+    policies = PolicyGate(spec.policies, metrics.registry)
+    calls_gate = CallGate(policies, ToolLimits(policies.config.limits), WaitingCalls(db))
     router = Router(
         calls,
         catalog,
         lambda worker: catalog_changed(worker),
         on_notification=lambda worker, method, payload: stacks.upstream_notified(worker, method, payload),
     )
+    activity = ActivityLog(
+        db,
+        record_arguments=settings.activity_record_arguments,
+        retention_days=settings.activity_retention_days,
+        max_rows=settings.activity_max_rows,
+        writer=writer,
+    )
+    audit_required = settings.audit_required if settings.audit_required is not None else bool(spec.tenants)
     shared = Shared(
         settings=settings,
         servers=spec.servers,
         tenants=spec.tenants,
         router=router,
-        gate=Gate(ToolApprovals(db, writer)),
-        activity=ActivityLog(
-            db,
-            record_arguments=settings.activity_record_arguments,
-            retention_days=settings.activity_retention_days,
-            max_rows=settings.activity_max_rows,
-            writer=writer,
-        ),
-        metrics=Metrics(catalog, status=lambda: control_client.call("status"), workers=router.catalogs.workers),
+        gate=Gate(ToolApprovals(db, writer), calls_gate, audit=activity if audit_required else None),
+        activity=activity,
+        metrics=metrics,
         control=control_client,
         host=host,
         data_dir=spec.data_dir,
@@ -128,7 +137,6 @@ async def run(
             required=script_runner.sandbox_required(settings, spec.tenants), hidden=tuple(spec.hidden)
         ),
         logins=LoginTickets(ttl=settings.login_link_ttl),
-        decider=HoldMatching.from_environment(),
     )
     router.on_account = shared.activity.record_account
     services: trio.Nursery | None = None
@@ -157,6 +165,8 @@ async def run(
         control=control_client,
         changed=decided,
         accounts=shared.activity.record_account,
+        waiting=calls_gate.waiting,
+        changes=shared.activity.record_operator,
     )
     tokens = TokenStore(db)
     authenticator = None
@@ -184,6 +194,7 @@ async def run(
         archive=archive,
         tenants=lambda: shared.tenants,
         tokens=tokens,
+        waiting=calls_gate.waiting,
     )
     app = Gateway(
         stacks,
@@ -212,7 +223,8 @@ async def run(
 
                 nursery.start_soon(serve_following_pins, db, shared.gate.approvals, decided)
             nursery.start_soon(shared.activity.serve_pruning)
-            nursery.start_soon(serve_events, events, router, stacks)
+            nursery.start_soon(serve_events, events, router, stacks, calls_gate)
+            nursery.start_soon(calls_gate.waiting.serve_following)  # verdicts from other replicas
             # The plain stack serves the workstation (and operators when there are tenants).
             plain = await stacks.of("")
             nursery.start_soon(control_client.serve, operator.answer)
@@ -268,7 +280,7 @@ class Departure:
 
 
 async def main(spec: frontend_spec.FrontendSpec) -> None:
-    async with trio.open_nursery() as nursery:
+    async with telemetry.running("frontend"), trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             departure: Departure | None = None
 

@@ -26,7 +26,6 @@ from typing import Any
 import trio
 
 from mcpvisor.frontend.door.control import ControlClient, ControlError
-from mcpvisor.frontend.door.decisions import AllowAll, Decider, HeldCalls
 from mcpvisor.frontend.door.gatekeeper import Gate
 from mcpvisor.frontend.door.logins import LoginTickets
 from mcpvisor.frontend.door.metrics import Metrics
@@ -83,8 +82,6 @@ class Shared:
     # How code_execution's script processes are confined (bwrap; required with tenants).
     script_confinement: Confinement = field(default_factory=Confinement)
     logins: LoginTickets = field(default_factory=LoginTickets)  # tenants' own upstream logins
-    decider: Decider = field(default_factory=AllowAll)  # may a call run (policies plug in here)
-    held: HeldCalls = field(default_factory=HeldCalls)  # the calls waiting for an operator, every tenant's
 
     @property
     def on_demand(self) -> bool:
@@ -155,8 +152,6 @@ class Stack:
             metrics=shared.metrics,
             tenant=tenant,
             logins=shared.logins,
-            decider=shared.decider,
-            held=shared.held,
         )
         self.builtins = Builtins(
             self.upstreams,

@@ -8,14 +8,21 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import trio
 
 from mcpvisor.wire.endpoints import private_dirs
+from mcpvisor.wire.redaction import redact_secrets
 
 
-class OneLineFormatter(logging.Formatter):
+class _Formatter(logging.Formatter):
+    def formatException(self, ei: Any) -> str:
+        # An exception's message may quote what failed: a URL with its token, a header.
+        return redact_secrets(super().formatException(ei))
+
+
+class OneLineFormatter(_Formatter):
     """`2026-01-01T12:00:00Z level process message`, tracebacks folded into the same record."""
 
     def __init__(self, process_name: str) -> None:
@@ -32,7 +39,7 @@ class OneLineFormatter(logging.Formatter):
         return line
 
 
-class JsonFormatter(logging.Formatter):
+class JsonFormatter(_Formatter):
     """One JSON object per line, for the supervisor's structured log."""
 
     def __init__(self, process_name: str) -> None:

@@ -16,11 +16,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from mcpvisor.wire.redaction import redact_secrets
 from mcpvisor.wire.secrets import SECRET_REF
 
 log = logging.getLogger(__name__)
@@ -29,12 +27,6 @@ _T = TypeVar("_T")
 ProposalAction = Literal["add", "patch", "remove", "enable", "disable"]
 PROPOSAL_ACTIONS: Final = ("add", "patch", "remove", "enable", "disable")
 FILE_NAME: Final = "proposals.json"
-
-# Patch fields that change what runs or where it connects, or whether it runs: a client's patch
-# touching any of them is a proposal. A patch of `policy` alone applies at once.
-RUN_FIELDS: Final = frozenset({"command", "args", "cwd", "env", "url", "headers", "transport", "enabled"})
-# What a client may patch directly.
-DIRECT_FIELDS: Final = frozenset({"policy"})
 
 
 class Proposal(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -96,17 +88,6 @@ def describe_references(name: str, where: list[str]) -> str:
         f"(found in {fields}). Only the operator may write them, in the config file; ask the operator to add "
         "the secret there."
     )
-
-
-def redact_url(url: str) -> str:
-    """`url` without the credentials in its user info or in secret-looking query parameters."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # not a URL one can take apart: show none of it
-        return "***"
-    if "@" in parts.netloc:
-        parts = parts._replace(netloc=f"***@{parts.netloc.rsplit('@', 1)[1]}")
-    return redact_secrets(urlunsplit(parts))
 
 
 def _clip(text: str, limit: int = 60) -> str:

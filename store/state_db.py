@@ -27,6 +27,7 @@ CHANNEL: Final = "mcpvisor_state"
 PINS: Final = "pins"
 SERVERS: Final = "servers"
 PROPOSALS: Final = "proposals"
+HELD_CALLS: Final = "held_calls"
 
 # Each entry upgrades the schema by one version; `PRAGMA user_version` records how far a file got.
 _MIGRATIONS: Final[tuple[str, ...]] = (
@@ -91,6 +92,20 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         created REAL NOT NULL,
         expires REAL,
         last_used REAL
+    );
+    """,
+    # Policies' decisions on each call, and the hash chain that shows an edited or deleted row
+    # (store/audit_chain.py); rows from before it have no hash. The anchor is the hash of the last
+    # row retention deleted.
+    """
+    ALTER TABLE calls ADD COLUMN decision TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN policies TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN prev_hash TEXT;
+    ALTER TABLE calls ADD COLUMN hash TEXT;
+    CREATE TABLE calls_anchor (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        last_id INTEGER NOT NULL,
+        hash TEXT
     );
     """,
 )

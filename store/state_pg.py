@@ -25,7 +25,8 @@ import psycopg_pool
 import trio
 
 from mcpvisor.store.state_db import CHANNEL
-from mcpvisor.store.state_url import StateStoreError, redact_url, resolve_url
+from mcpvisor.store.state_url import StateStoreError, resolve_url
+from mcpvisor.wire.redaction import redact_url
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -126,6 +127,35 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         body TEXT NOT NULL,
         version BIGSERIAL NOT NULL,
         updated_at DOUBLE PRECISION NOT NULL
+    );
+    """,
+    """
+    -- Policies' decisions, and the activity log's hash chain (store/audit_chain.py).
+    ALTER TABLE calls ADD COLUMN decision TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN policies TEXT NOT NULL DEFAULT '';
+    ALTER TABLE calls ADD COLUMN prev_hash TEXT;
+    ALTER TABLE calls ADD COLUMN hash TEXT;
+    CREATE TABLE calls_anchor (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        last_id BIGINT NOT NULL,
+        hash TEXT
+    );
+    -- Calls waiting for an operator's approval, on whichever replica holds them
+    -- (store/held_calls.py): any replica lists them and records a verdict, the holder runs it.
+    CREATE TABLE held_calls (
+        id TEXT PRIMARY KEY,
+        replica TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        since DOUBLE PRECISION NOT NULL,
+        expires DOUBLE PRECISION NOT NULL,
+        policies TEXT NOT NULL,
+        endpoint TEXT NOT NULL DEFAULT '',
+        client TEXT NOT NULL DEFAULT '',
+        verdict TEXT,
+        reason TEXT NOT NULL DEFAULT '',
+        decided_by TEXT NOT NULL DEFAULT ''
     );
     """,
 )

@@ -11,12 +11,12 @@ from typing import Final
 from urllib.parse import quote, unquote
 
 from mcpvisor.wire.config import ConfigError
+from mcpvisor.wire.redaction import redact_url
 from mcpvisor.wire.secrets import SECRET_REF, Redactor, SecretError, resolve
 
 SCHEMES: Final = ("postgresql://", "postgres://")
-# libpq's query parameters whose values are secrets, masked wherever the URL is shown.
+# libpq's query parameters whose values are secrets.
 _SECRET_PARAMS: Final = frozenset({"password", "sslpassword"})
-_SECRET_PARAM: Final = re.compile(r"([?&](?:ssl)?password=)[^&#]*", re.IGNORECASE)
 
 
 class StateStoreError(Exception):
@@ -55,21 +55,6 @@ def _secret_params(query: str) -> list[tuple[str, str]]:
         if eq and unquote(key).lower() in _SECRET_PARAMS:
             found.append((unquote(key), value))
     return found
-
-
-def redact_url(url: str) -> str:
-    """The URL as it may be shown: any password (a reference or the secret itself) replaced by ***."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "***"
-    # Masked before the user info is looked for, so an '@' in such a value cannot move it.
-    rest = _SECRET_PARAM.sub(r"\1***", rest)
-    # The user info ends at the last '@' before the path; a `${file:/...}` may hold '/' itself.
-    userinfo, at, hostpart = rest.rpartition("@")
-    if not at:
-        return f"{scheme}://{rest}"
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{hostpart}" if ":" in userinfo else f"{scheme}://{user}@{hostpart}"
 
 
 def resolve_url(url: str) -> tuple[str, Redactor]:

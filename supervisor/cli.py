@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from mcpvisor.runtime import bwrap, logs, trust
+from mcpvisor.runtime import bwrap, logs, telemetry, trust
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.wire import tenant_secrets
 from mcpvisor.wire.config import ConfigError
@@ -43,12 +43,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
+    if (problem := _sandbox_limits(config)) is not None:
+        print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
+        return 1
     # stderr (the terminal, or journald) gets readable lines; the data dir keeps a JSON event log.
     log_file = config_mod.data_dir(config, path.resolve()) / "logs" / "supervisor.log"
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
     if (warning := trust.exposure_warning(config.mcpvisor, authenticated=config.authenticated)) is not None:
         logging.getLogger("mcpvisor.supervisor").warning("%s", warning)
+    from mcpvisor.supervisor.policy_files import load_policies
+
+    try:
+        load_policies(config, path)  # refused here with the file and line, before anything starts
+    except ConfigError as exc:
+        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+        return 2
     configstore.remove_stale_temp(path)
+    # Before anything starts: the frontend and the workers inherit the variables the table sets.
+    telemetry.apply_table(config.telemetry)
     shared = None
     if config.mcpvisor.state_url:
         from mcpvisor.store.state_url import StateStoreError
@@ -75,7 +87,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     if config_mod.needs_sandbox(config) and (problem := bwrap.probe()) is not None:
         print(f"mcpvisor: {path}: sandboxes are required but cannot be built: {problem}", file=sys.stderr)
         return 1
+    from mcpvisor.supervisor.policy_files import load_policies, policy_warnings, rules_of
+
+    try:
+        policies = load_policies(config, path)
+    except ConfigError as exc:
+        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+        return 2
+    if (problem := _sandbox_limits(config)) is not None:
+        print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
+        return 1
     print(f"{path}: ok, {len(config.servers)} servers")
+    if policies is not None:
+        data = config_mod.data_dir(config, path.resolve())
+        print(f"policies: {len(rules_of(policies))} in {len(policies.sources)} files, {policies.config.mode}")
+        for warning in policy_warnings(policies, config, data):
+            print(f"warning: {warning}")
     # Per-tenant secret references ({tenant} in a path): which tenants lack which (never a value).
     tenants = {name: table.servers for name, table in config.tenants.items()}
     for tenant, server, reference in tenant_secrets.missing_by_tenant(config.servers, tenants):
@@ -85,6 +112,25 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"mcpvisor: {line}", file=sys.stderr)
         return 1 if refused else 0
     return 0
+
+
+def _sandbox_limits(config: config_mod.Config) -> str | None:
+    """Why the sandboxes cannot be what the config asks here (a tenant's without a writable cgroup, an
+    outbound network without pasta or /dev/net/tun), or None."""
+    from mcpvisor.runtime import network
+    from mcpvisor.runtime.cgroups import cgroup_problem
+    from mcpvisor.wire import sandboxing
+
+    if (problem := cgroup_problem(config.mcpvisor, config.servers, config.tenants)) is not None:
+        return problem
+    for tenant, table in [("", None), *config.tenants.items()]:
+        for name in table.servers if table is not None else config.servers:
+            server = config.servers.get(name)
+            found = sandboxing.plan(name, config.mcpvisor, server, table, data_dir="/") if server else None
+            if found is not None and found.network == "outbound":
+                why = network.problem(privileged=bwrap.mounts_as_root())
+                return None if why is None else f"{f'{tenant}/' if tenant else ''}{name}: {why}"
+    return None
 
 
 def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool, str] | None:
@@ -310,7 +356,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config.set_defaults(func=cmd_config)
 
-    check = sub.add_parser("check", help="validate a config file and exit")
+    from mcpvisor.supervisor import activity_cli, policy_cli
+
+    config_help = "TOML config file (default: $MCPVISOR_CONFIG or ./mcpvisor.toml)"
+    policy_cli.add_parser(sub, config_help, _config_path)
+    activity_cli.add_parser(sub, config_help, _config_path)
+
+    check = sub.add_parser("check", help="validate a config file (and its policy files) and exit")
     check.add_argument("-c", "--config", help="TOML config file")
     check.set_defaults(func=cmd_check)
     return parser

@@ -15,16 +15,18 @@ from mcpvisor.store.state_url import check_url
 from mcpvisor.wire import sandboxing
 from mcpvisor.wire.config import (
     REGISTRY_ID,
-    SERVER_NAME,
     TENANT_NAME,
     ConfigError,
     OAuthResourceConfig,
+    PolicyConfig,
     RegistryConfig,
     SearchConfig,
     ServerConfig,
     Settings,
+    TelemetryConfig,
     TenantConfig,
     parse_listen,
+    server_name_problem,
 )
 from mcpvisor.wire.secrets import SECRET_REF
 from mcpvisor.wire.tenant_secrets import PLACEHOLDER
@@ -59,6 +61,14 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defa
         SearchConfig,
         msgspec.Meta(description="Tool search: the size of retrieve_tools' answers, an optional embedding service."),
     ] = msgspec.field(default_factory=SearchConfig)
+    policy: Annotated[
+        PolicyConfig | None,
+        msgspec.Meta(description="Cedar policies: who may see and call which tool; operator approvals; tool limits."),
+    ] = None
+    telemetry: Annotated[
+        TelemetryConfig,
+        msgspec.Meta(description="OpenTelemetry traces and metrics, as the standard OTEL_* variables set them."),
+    ] = msgspec.field(default_factory=TelemetryConfig)
 
     @property
     def authenticated(self) -> bool:
@@ -129,22 +139,10 @@ def _check(config: Config, text: str, source: str) -> None:
             raise ConfigError(f"{source}:{_line_of(text, ['mcpvisor', 'state_url']) or '?'}: {exc}") from None
     for name, server in config.servers.items():
         where = f"{source}:{_line_of(text, ['servers', name]) or '?'}"
-        if name == "frontend":
-            raise ConfigError(f"{where}: server name 'frontend' is reserved for mcpvisor's own frontend process")
-        if not SERVER_NAME.match(name):
-            raise ConfigError(
-                f"{where}: server name {name!r} must be letters, digits, '_', '-' or '.' (no ':' or '/'),"
-                " at most 63 characters"
-            )
-        if (server.command is None) == (server.url is None):
-            raise ConfigError(f"{where}: server {name!r} needs exactly one of `command` (stdio) or `url`")
-        if server.command is not None and server.transport not in ("auto", "stdio"):
-            raise ConfigError(f"{where}: server {name!r} has a command, so its transport is stdio")
-        if server.url is not None:
-            if server.transport == "stdio":
-                raise ConfigError(f"{where}: server {name!r} has a url, so its transport cannot be stdio")
-            if not server.url.startswith(("http://", "https://")):
-                raise ConfigError(f"{where}: server {name!r}: url must start with http:// or https://")
+        if (problem := server_name_problem(name)) is not None:
+            raise ConfigError(f"{where}: server name {name!r} {problem}")
+        if (problem := server.problem()) is not None:
+            raise ConfigError(f"{where}: server {name!r}: {problem}")
         for table in (server.env, server.headers):
             for key, value in table.items():
                 # A reference may name the tenant: the variable is checked with a tenant's name in place.

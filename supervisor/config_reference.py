@@ -52,6 +52,11 @@ class Table:
     path: str
     doc: str
     keys: list[Key]
+    array: bool = False  # an array of tables: `[[path]]`
+
+    @property
+    def heading(self) -> str:
+        return f"[[{self.path}]]" if self.array else f"[{self.path}]"
 
 
 def tables() -> list[Table]:
@@ -59,24 +64,25 @@ def tables() -> list[Table]:
     return list(_walk(mi.type_info(Config), []))
 
 
-def _walk(struct: mi.StructType, path: list[str]) -> Iterator[Table]:
+def _walk(struct: mi.StructType, path: list[str], array: bool = False) -> Iterator[Table]:
     keys: list[Key] = []
-    nested: list[tuple[mi.StructType, list[str]]] = []
+    nested: list[tuple[mi.StructType, list[str], bool]] = []
     for field in struct.fields:
         inner, description = _unwrap(field.type)
         table = _table_of(inner)
         if table is not None:
             sub, per_key = table
-            nested.append(
-                (sub, [*path, field.encode_name, *([_KEY_WORD.get(field.encode_name, "NAME")] if per_key else [])])
-            )
+            key_word = [_KEY_WORD.get(field.encode_name, "NAME")] if per_key else []
+            nested.append((sub, [*path, field.encode_name, *key_word], False))
             if not _also_a_value(inner):
                 continue
+        elif isinstance(inner, mi.ListType) and isinstance(item := _unwrap(inner.item_type)[0], mi.StructType):
+            nested.append((item, [*path, field.encode_name], True))  # `[[path.key]]`, listed as a key too
         keys.append(Key(field.encode_name, _type_name(inner), _default(field), description))
     if path:
-        yield Table(".".join(path), _doc(struct.cls), keys)
-    for sub, sub_path in nested:
-        yield from _walk(sub, sub_path)
+        yield Table(".".join(path), _doc(struct.cls), keys, array)
+    for sub, sub_path, sub_array in nested:
+        yield from _walk(sub, sub_path, sub_array)
 
 
 def missing_descriptions() -> list[str]:
@@ -92,6 +98,8 @@ def missing_descriptions() -> list[str]:
                 missing.append(".".join([*path, field.encode_name]))
             if (table := _table_of(inner)) is not None:
                 visit(table[0], [*path, field.encode_name])
+            elif isinstance(inner, mi.ListType) and isinstance(item := _unwrap(inner.item_type)[0], mi.StructType):
+                visit(item, [*path, field.encode_name])
 
     visit(mi.type_info(Config), [])
     return missing
@@ -236,9 +244,9 @@ def markdown() -> str:
         "",
     ]
     found = tables()
-    lines += [f"- [`[{table.path}]`](#{_anchor(table.path)})" for table in found]
+    lines += [f"- [`{table.heading}`](#{_anchor(table.heading)})" for table in found]
     for table in found:
-        lines += ["", f"## [{table.path}]", "", _without_name(table.doc, table.path), ""]
+        lines += ["", f"## {table.heading}", "", _without_name(table.doc, table.heading), ""]
         if not table.keys:
             continue
         lines += ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
@@ -251,15 +259,15 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _without_name(doc: str, path: str) -> str:
+def _without_name(doc: str, heading: str) -> str:
     """A Struct's docstring under its own heading: without the table's name it starts with."""
-    prefix = f"`[{path}]`: "
+    prefix = f"`{heading}`: "
     if not doc.startswith(prefix):
         return doc
     rest = doc.removeprefix(prefix)
     return rest[:1].upper() + rest[1:]
 
 
-def _anchor(path: str) -> str:
-    """GitHub's anchor of the heading `## [path]`."""
-    return "".join(ch for ch in path.lower() if ch.isalnum() or ch in "-_ ").replace(" ", "-")
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of the heading `## [path]` (or `## [[path]]`)."""
+    return "".join(ch for ch in heading.lower() if ch.isalnum() or ch in "-_ ").replace(" ", "-")

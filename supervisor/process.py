@@ -21,6 +21,7 @@ import trio
 
 from mcpvisor.runtime import lifetime
 from mcpvisor.runtime.logs import RotatingFile, pump
+from mcpvisor.supervisor import process_spans
 from mcpvisor.supervisor.policy import FlapDetector, backoff_delay, format_uptime, should_restart
 from mcpvisor.wire.config import Policy
 from mcpvisor.wire.states import ProcessState
@@ -163,6 +164,7 @@ class Program:
             state,
             extra={"fields": {"event": "state", "name": self.name, "from": str(self.state), "to": str(state)}},
         )
+        process_spans.changed(self, state)
         self.state = state
         if state in (ProcessState.STOPPED, ProcessState.FATAL, ProcessState.EXITED):
             self._stopped.set()

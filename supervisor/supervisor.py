@@ -18,14 +18,18 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.runtime import bwrap, namespaces, telemetry
 from mcpvisor.runtime.forkserver import ForkServer
 from mcpvisor.runtime.logs import log_stem
+from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.store import oauth_store
 from mcpvisor.store.proposals import ProposalStore
+from mcpvisor.store.sandbox_uids import SandboxUids, open_local
 from mcpvisor.supervisor import config as config_mod
-from mcpvisor.supervisor import configstore
+from mcpvisor.supervisor import configstore, operator_changes
 from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
 from mcpvisor.supervisor.config import Config
+from mcpvisor.supervisor.policy_files import load_policies
 from mcpvisor.supervisor.process import Launch, Program, Spawner
 from mcpvisor.supervisor.systemd import Notifier
 from mcpvisor.wire import codec, frontend_spec, sandboxing, tenant_secrets, worker_spec
@@ -44,7 +48,6 @@ from mcpvisor.wire.messages import (
 )
 from mcpvisor.wire.operator import Action, OperatorResult
 from mcpvisor.wire.redaction import redact_secrets
-from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import SECRET_REF
 from mcpvisor.wire.states import ProcessState, UpstreamState
@@ -216,6 +219,7 @@ class Supervisor:
         base: Config | None = None,
     ) -> None:
         self.config = config
+        self.policies = load_policies(config, config_path)  # [policy] and its files' text, handed to the frontend
         # With a shared store (`state_url`), `config` is the file (`base`) with the run-time
         # changes of every replica over it, and the file is never written (supervisor/shared.py).
         self.shared = shared
@@ -254,6 +258,7 @@ class Supervisor:
             [sys.executable, "-P", "-m", "mcpvisor.workers.forkserver"], os.environ, self.log_dir / "forkserver.log"
         )
         self.shutdown_requested = trio.Event()
+        self._sandbox_uids: SandboxUids | None = None
 
     # -- launching -------------------------------------------------------------------------------
 
@@ -270,6 +275,7 @@ class Supervisor:
             tenants=self.config.tenants,
             oauth=self.config.oauth,
             search=self.config.search,
+            policies=self.policies,
             hidden=hidden_paths(self.config, self.config_path, self.data_dir, self.run_dir),
         )
         env = dict(os.environ) | {frontend_spec.ENV_VAR: frontend_spec.encode(spec)}
@@ -297,17 +303,41 @@ class Supervisor:
         log_path = self.log_dir / f"{log_stem(worker)}.worker.log"
         return Launch([sys.executable, "-P", "-m", "mcpvisor.workers"], env, log_path)
 
-    def sandbox_plan(self, worker: str) -> SandboxPlan | None:
-        """The sandbox a worker's upstream runs in (None: none), from the config as it is now."""
+    def sandbox_plan(self, worker: str, *, for_start: bool = True) -> SandboxPlan | None:
+        """The sandbox a worker's upstream runs in (None: none), from the config as it is now.
+
+        As root, each worker id runs as a uid of its own, taken from the uid table on its first start.
+        """
         tenant = worker.rpartition("/")[0]
+        server = self.config.servers[server_of(worker)]
+        table = self.config.tenants.get(tenant) if tenant else None
+        uid = None
+        if for_start and sandboxing.wanted(self.config.mcpvisor, server, table) and bwrap.mounts_as_root():
+            uid = self.sandbox_uids().uid_for(worker)
+        elif self._sandbox_uids is not None:
+            uid = self._sandbox_uids.known.get(worker)  # shown by `ctl inspect`, never taken for it
         return sandboxing.plan(
             worker,
             self.config.mcpvisor,
-            self.config.servers[server_of(worker)],
-            self.config.tenants.get(tenant) if tenant else None,
+            server,
+            table,
             data_dir=str(self.data_dir.resolve()),
             hidden=hidden_paths(self.config, self.config_path, self.data_dir, self.run_dir),
+            writable=sandboxing.writable_places(self.config.mcpvisor, self.config.servers, self.config.tenants),
+            uid=uid,
         )
+
+    async def allocate_sandbox_uids(self, workers: list[str]) -> None:
+        """As root, take the uids of these workers now, in a thread: the shared store is a network call."""
+        if bwrap.mounts_as_root() and config_mod.needs_sandbox(self.config):
+            await trio.to_thread.run_sync(self.sandbox_uids().allocate, workers)
+
+    def sandbox_uids(self) -> SandboxUids:
+        """The uid table, in the state store (shared by replicas, or the data dir's SQLite)."""
+        if self._sandbox_uids is None:
+            db = self.shared.store if self.shared is not None else open_local(str(self.data_dir))
+            self._sandbox_uids = SandboxUids(db, namespaces.mapped_ids())
+        return self._sandbox_uids
 
     def _add_program(self, name: str, launch: Launch, policy: Policy, spawner: Spawner | None = None) -> Program:
         program = Program(name, launch, policy, self._state_changed, needs_report=True, spawner=spawner)
@@ -399,7 +429,10 @@ class Supervisor:
         self._publish(
             "config",
             ConfigChanged(
-                servers=dict(self.config.servers), version=self.config_version, tenants=dict(self.config.tenants)
+                servers=dict(self.config.servers),
+                version=self.config_version,
+                tenants=dict(self.config.tenants),
+                policies=self.policies,
             ),
         )
 
@@ -506,8 +539,14 @@ class Supervisor:
         try:
             if spec is None:
                 raise CommandError(f"unknown command {_clip(repr(cmd.name))}", EXIT_UNKNOWN)
+            if spec.operator_only and identity == self._frontend_identity:
+                # The frontend's line carries what its clients' tools send: never a verdict on a call.
+                raise CommandError(f"{cmd.name}: only an operator (mcpvisor ctl, the admin API) may decide calls")
             result = await spec.handler(self, spec.parse(cmd.args, cmd.data))
             reply = Reply(id=cmd.id, ok=True, result=result, exit_code=spec.exit_code(result))
+            if cmd.name in operator_changes.AUDITED and self._nursery is not None:
+                by = "frontend" if identity == self._frontend_identity else "ctl"
+                self._nursery.start_soon(operator_changes.tell_frontend, self, cmd, by)
         except CommandError as exc:
             reply = Reply(id=cmd.id, ok=False, error=_clip(exc.message, 2000), exit_code=exc.exit_code)
         except ConfigError as exc:
@@ -541,13 +580,17 @@ class Supervisor:
         except (zmq.ZMQError, trio.ClosedResourceError) as exc:
             log.debug("control reply not delivered: %s", exc)
 
-    async def ask_frontend(self, action: Action, name: str = "", tools: list[str] | None = None) -> OperatorResult:
+    async def ask_frontend(
+        self, action: Action, name: str = "", tools: list[str] | None = None, *, reason: str = ""
+    ) -> OperatorResult:
         """Put an operator's request to the frontend, which holds the approvals; its answer."""
         frontend = self.programs.get(FRONTEND)
         identity = self._frontend_identity
         if frontend is None or frontend.state is not ProcessState.RUNNING or identity is None or self._control is None:
             raise CommandError("the frontend is not running (see `mcpvisor ctl status`); try again once it is")
-        request = OperatorRequest(id=next(self._operator_ids), action=action, name=name, tools=tools or [])
+        request = OperatorRequest(
+            id=next(self._operator_ids), action=action, name=name, tools=tools or [], reason=reason
+        )
         reply = await self._ask(identity, request, self._operator_replies, OPERATOR_TIMEOUT, "the frontend")
         if reply.error or reply.result is None:
             raise CommandError(reply.error or "the frontend gave no answer", reply.exit_code or EXIT_ERROR)
@@ -639,6 +682,8 @@ class Supervisor:
             "uptime": round(time.monotonic() - program.started_at, 1) if program.pid else 0,
             "restarts": max(program.spawns - 1, 0),
         }
+        if report is not None and report.spans_dropped:
+            row["spans_dropped"] = report.spans_dropped  # telemetry the process could not export
         if program.name.startswith(WORKER_PREFIX):
             row["upstream"] = str(report.upstream_state) if report and report.upstream_state else ""
             row["tools"] = report.tools if report else 0
@@ -696,6 +741,7 @@ class Supervisor:
         active = {w.rpartition("/")[0] for w in running}
         await self._remove_programs([worker_name(w) for w in leaving])
         arriving = sorted(new_ids - (old_ids - set(leaving)))
+        await self.allocate_sandbox_uids(arriving)
         self._start_workers(arriving, running_before=running | {w for w in arriving if w.rpartition("/")[0] in active})
         frontend = self.programs.get(FRONTEND)
         if frontend is not None:
@@ -710,10 +756,14 @@ class Supervisor:
         """Reread the file and apply it; a broken file changes nothing (ConfigError)."""
         async with self._ops_lock:
             base = config_mod.load(self.config_path)
+            policies = load_policies(base, self.config_path)  # a broken policy file changes nothing either
             new = self._with_shared(base)
             self.base = base
             diff = diff_configs(self.config, new)
+            policies_changed, self.policies = policies != self.policies, policies
             if diff.empty:
+                if policies_changed:
+                    self.publish_config()  # the frontend decides with the new policies from now on
                 return diff
             return await self.apply(new, diff)
 
@@ -746,6 +796,7 @@ class Supervisor:
     async def reload(self, new: Config) -> None:
         """Restart every process with `new`."""
         async with self._ops_lock:
+            self.policies = load_policies(new, self.config_path)
             await self._remove_programs([name for name in self.programs if name != FRONTEND])
             self.config = new
             await self.on_proposals(self.proposals.prune, new.servers)
@@ -798,6 +849,7 @@ class Supervisor:
                 if self.shared is not None:
                     nursery.start_soon(self.shared.serve_watching, self.follow_shared, self.follow_proposals)
                 self._add_program(FRONTEND, self.frontend_launch(), frontend_policy(self.config)).start()
+                await self.allocate_sandbox_uids(desired_workers(self.config))
                 self._start_workers(desired_workers(self.config))
                 log.info(
                     "mcpvisor started: %d servers, listening on %s, control at %s",
@@ -838,7 +890,7 @@ async def serve(config: Config, config_path: Path, shared: SharedState | None = 
         config = await trio.to_thread.run_sync(shared.overlay, base)
     supervisor = Supervisor(config, config_path, shared=shared, base=base)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with trio.open_nursery() as nursery:
+        async with telemetry.running("supervisor"), trio.open_nursery() as nursery:
 
             async def handle_signals() -> None:
                 async for signum in signals:

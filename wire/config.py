@@ -7,9 +7,14 @@ frontend and the workers receive them in their launch specs and in `ConfigChange
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Final, Literal
+from urllib.parse import urlsplit
 
 import msgspec
+
+from mcpvisor.wire.secrets import SECRET_REF
 
 # \Z, not $: "$" also matches before a final newline, and a name ends up in paths and log lines.
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
@@ -176,11 +181,8 @@ class UpstreamOAuth(_Strict):
     ] = False
 
     def __post_init__(self) -> None:
-        if self.client_secret is not None and not SECRET_REFERENCE.fullmatch(self.client_secret):
+        if self.client_secret is not None and not SECRET_REF.fullmatch(self.client_secret):
             raise ValueError("oauth.client_secret must be a reference (${env:NAME} or ${file:PATH}), not the secret")
-
-
-SECRET_REFERENCE = re.compile(r"\$\{(env|file):[^}]+\}")
 
 
 def _bind_path(path: str) -> bool:
@@ -192,13 +194,32 @@ class SandboxConfig(_Strict):
 
     `sandbox = true` is this table with its defaults. Set under [mcpvisor] for every server, under
     a server, or under a tenant (its limits and binds apply to each of its servers). Unset limits
-    take the defaults: 1024 MiB of memory and 256 processes.
+    take the defaults: 1024 MiB of memory and 256 processes; for a tenant's server also one core
+    of CPU, a 1024 MiB home and a network of its own.
     """
 
     enabled: Annotated[bool, msgspec.Meta(description="Run the server's process in a sandbox.")] = True
     network: Annotated[
+        bool | Literal["outbound", "host"] | None,
+        msgspec.Meta(
+            description='"outbound" (or true): a network of its own that reaches out but never the host, its'
+            ' loopback or link-local addresses; "host": the host\'s network, loopback included; false: loopback'
+            ' only. Default "outbound" for tenants\' servers, "host" for the others.'
+        ),
+    ] = None
+    private_networks: Annotated[
         bool | None,
-        msgspec.Meta(description="Let the process reach the network; false gives it loopback only. Default true."),
+        msgspec.Meta(
+            description="With an outbound network, reach the private ranges too (10/8, 172.16/12, 192.168/16,"
+            " 100.64/10, fc00::/7). Default false."
+        ),
+    ] = None
+    home_mb: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(
+            description="Size of the sandbox's home, in MiB; over it, writes fail (quota) or the process is stopped."
+            " Default 1024 for tenants' servers, unlimited for the others."
+        ),
     ] = None
     memory_mb: Annotated[
         Annotated[int, msgspec.Meta(ge=16)] | None,
@@ -225,8 +246,9 @@ class SandboxConfig(_Strict):
     limits: Annotated[
         Literal["auto", "cgroup", "watchdog"],
         msgspec.Meta(
-            description="How limits are enforced: a cgroup where one is writable, else a memory watchdog (auto); "
-            "`cgroup` refuses to start without one."
+            description="How limits are enforced: a cgroup where one is writable, else a watchdog (auto; for"
+            " tenants a missing cgroup is an error); `cgroup` refuses to start without one; `watchdog` opts into"
+            " the watchdog."
         ),
     ] = "auto"
 
@@ -320,6 +342,90 @@ class ServerConfig(_Strict):
         if self.transport == "sse" or (self.transport == "auto" and (self.url or "").rstrip("/").endswith("/sse")):
             return "sse"
         return "streamable-http"
+
+    def call_timeout(self, default: float, asked: float = 0.0) -> float:
+        """Seconds a call to this server may take: its policy's `call_timeout`, else `default`.
+
+        `default` is `[mcpvisor] call_timeout`; `asked` (when > 0) is the caller's own deadline,
+        which shortens the call, never lengthens it. The frontend decides with this what it asks of
+        the worker, and the worker decides again with it, so both hold the same deadline, and a
+        worker launched from an older config (during a reload) still holds the shorter.
+        """
+        own = self.policy.call_timeout if self.policy.call_timeout is not None else default
+        return min(asked, own) if asked > 0 else own
+
+    def problem(self, quote: str = "`") -> str | None:
+        """What keeps this server from running, or None: the rules of a server table, wherever one comes from.
+
+        Exactly one of `command` and `url`, a transport that fits it, a URL a client can connect to.
+        The config loader, the admin API, approvals and a client's `upstream_servers` all ask this;
+        each puts the server's name in front. `quote` marks field names as the caller's readers
+        write them (`url` in a config file's messages, 'url' in a tool's). Never repeats the URL,
+        which may hold a secret.
+        """
+        command, url = f"{quote}command{quote}", f"{quote}url{quote}"
+        if (self.command is None) == (self.url is None):
+            return f"needs exactly one of {command} (stdio) or {url} (HTTP)"
+        if self.command is not None and self.transport not in ("auto", "stdio"):
+            return "has a command, so its transport is stdio"
+        if self.url is not None:
+            if self.transport == "stdio":
+                return "has a url, so its transport cannot be stdio"
+            if (problem := _url_problem(self.url)) is not None:
+                return f"{url} {problem}"
+        return None
+
+
+def _url_problem(url: str) -> str | None:
+    """What makes `url` unusable as an upstream's address, or None."""
+    if not url.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    if any(char.isspace() or not char.isprintable() or char in "\"'<>\\" for char in url):
+        # Nor what ends a URL inside a text: a listing or a log line could not redact its tail.
+        return (
+            "must not contain spaces, quotes, angle brackets, backslashes or control characters (percent-encode them)"
+        )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading the port is the check
+    except ValueError:
+        return "is not a valid URL: its host or port cannot be read (a port is a number up to 65535)"
+    if not parts.hostname:
+        return "has no host: give one, as in https://example.com/mcp"
+    return None
+
+
+def server_name_problem(name: str) -> str | None:
+    """What keeps `name` from naming a server, or None; the caller puts the name in front."""
+    if name == "frontend":
+        return "is reserved for mcpvisor's own frontend process"
+    if not SERVER_NAME.match(name):
+        return (
+            "must be letters, digits, '_', '-' or '.' (no ':' or '/'), at most 63 characters, starting with a"
+            " letter or digit"
+        )
+    return None
+
+
+# What an MCP client may give of a server table (`upstream_servers add` and `patch`), in the order
+# listings show it, with each field's JSON type. `quarantined` is not among them: leaving quarantine
+# is an operator's approval, not a config edit; nor are `oauth`, `sandbox` and `endpoint`.
+CLIENT_FIELDS: Final[Mapping[str, type]] = MappingProxyType(
+    {
+        "command": str,
+        "args": list,
+        "cwd": str,
+        "url": str,
+        "transport": str,
+        "env": dict,
+        "headers": dict,
+        "enabled": bool,
+        "policy": dict,
+    }
+)
+# Of those, what a client's patch changes at once: timeouts and restart limits, so nothing new
+# runs or connects. A change of any other field is a proposal an operator approves.
+DIRECT_FIELDS: Final = frozenset({"policy"})
 
 
 class Settings(_Strict):
@@ -485,6 +591,20 @@ class Settings(_Strict):
             " always run in one."
         ),
     ] = False
+    audit_required: Annotated[
+        bool | None,
+        msgspec.Meta(
+            description="Refuse a tenant's calls while the activity log cannot record them, instead of running them"
+            " unaudited. Default true when tenants are configured."
+        ),
+    ] = None
+    data_reserve_mb: Annotated[
+        Annotated[int, msgspec.Meta(ge=0)],
+        msgspec.Meta(
+            description="MiB the sandboxes' homes together always leave free on the volume of the state and logs;"
+            " a sandbox writing past it is stopped."
+        ),
+    ] = 64
     login_link_ttl: Annotated[
         float,
         msgspec.Meta(
@@ -615,6 +735,70 @@ class OAuthResourceConfig(_Strict):
 JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA", "Ed25519")
 
 
+class ToolLimit(_Strict):
+    """`[[policy.limits]]`: calls per minute and calls in flight of the tools a pattern names, per tenant.
+
+    Each tenant the rule names has its own count: with `tenant = "*"`, alice and bob each get the
+    limit. A call over any rule that matches it is refused at once with a tool error that says when
+    to retry.
+    """
+
+    tools: Annotated[
+        str,
+        msgspec.Meta(
+            description='The tools, as a glob over `server:tool` ("search:*", "*:delete_*", "github:create_issue").'
+        ),
+    ]
+    tenant: Annotated[
+        str,
+        msgspec.Meta(
+            description='The tenant the rule counts for, or "*" for each tenant; "local" is the workstation user and'
+            " operators."
+        ),
+    ] = "*"
+    calls_per_minute: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="A token bucket of calls per minute; over it, a tool error with Retry-After."),
+    ] = None
+    max_in_flight: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="Calls running at once; more are refused at once."),
+    ] = None
+
+    def __post_init__(self) -> None:
+        if self.calls_per_minute is None and self.max_in_flight is None:
+            raise ValueError(f"policy.limits for {self.tools!r}: give calls_per_minute, max_in_flight or both")
+
+
+class PolicyConfig(_Strict):
+    """`[policy]`: who may see and call which tool with which arguments (Cedar policies), and per-tool limits.
+
+    Without this table every tool a tenant's servers offer is listed and callable, as before.
+    """
+
+    files: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="Cedar policy files (a relative path is relative to the config file); `mcpvisor check`"
+            " validates them. With files, a call no policy permits is refused."
+        ),
+    ] = []
+    mode: Annotated[
+        Literal["enforce", "dry-run"],
+        msgspec.Meta(
+            description='"enforce" refuses what the policies deny; "dry-run" decides and records ("would deny",'
+            ' "would wait for approval") but refuses nothing.'
+        ),
+    ] = "enforce"
+    approval_timeout: Annotated[
+        PositiveSeconds,
+        msgspec.Meta(description="Seconds a call that needs an operator's approval waits before it is refused."),
+    ] = 300.0
+    limits: Annotated[
+        list[ToolLimit], msgspec.Meta(description="Calls per minute and in flight per (tenant, tool pattern).")
+    ] = []
+
+
 REGISTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -731,10 +915,73 @@ class SearchConfig(_Strict):
     ] = 30.0
 
     def __post_init__(self) -> None:
-        if self.embedding_key is not None and not SECRET_REFERENCE.fullmatch(self.embedding_key):
+        if self.embedding_key is not None and not SECRET_REF.fullmatch(self.embedding_key):
             raise ValueError("search.embedding_key must be a reference (${env:NAME} or ${file:PATH}), not the key")
         if self.embedding_url is not None and not self.embedding_url.startswith(("http://", "https://")):
             raise ValueError("search.embedding_url must start with http:// or https://")
+
+
+class TelemetryConfig(_Strict):
+    """The `[telemetry]` table: OpenTelemetry traces and metrics, each key one of the standard `OTEL_*` variables.
+
+    A variable set in mcpvisor's environment wins over its key. Telemetry is off unless an exporter
+    or an endpoint is configured, here or in the environment; the table is read when mcpvisor starts.
+    """
+
+    exporter: Annotated[
+        str | None,
+        msgspec.Meta(description="Where spans go (`OTEL_TRACES_EXPORTER`): `otlp`, `console` or `none`."),
+    ] = None
+    metrics_exporter: Annotated[
+        str | None,
+        msgspec.Meta(description="Where the MCP duration histograms go (`OTEL_METRICS_EXPORTER`): `otlp` or `none`."),
+    ] = None
+    endpoint: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="The collector's base URL (`OTEL_EXPORTER_OTLP_ENDPOINT`), e.g. `http://127.0.0.1:4318`; "
+            "setting it alone turns traces and metrics on with the `otlp` exporter."
+        ),
+    ] = None
+    protocol: Annotated[
+        Literal["grpc", "http/protobuf"] | None,
+        msgspec.Meta(description="The OTLP protocol (`OTEL_EXPORTER_OTLP_PROTOCOL`); the SDK's default is `grpc`."),
+    ] = None
+    headers: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="Headers sent to the collector (`OTEL_EXPORTER_OTLP_HEADERS`); put a credential as "
+            "${env:NAME} or ${file:PATH}."
+        ),
+    ] = {}
+    sampler: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="`OTEL_TRACES_SAMPLER`, e.g. `parentbased_traceidratio`; the default follows the client's "
+            "decision and samples every trace it starts."
+        ),
+    ] = None
+    sampler_arg: Annotated[
+        float | str | None,
+        msgspec.Meta(description="`OTEL_TRACES_SAMPLER_ARG`: for a ratio sampler, the share of traces kept (0 to 1)."),
+    ] = None
+    service_name: Annotated[
+        str | None,
+        msgspec.Meta(description="`service.name` of every process (`OTEL_SERVICE_NAME`); `mcpvisor` if unset."),
+    ] = None
+    resource_attributes: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="More resource attributes (`OTEL_RESOURCE_ATTRIBUTES`), such as `deployment.environment`."
+        ),
+    ] = {}
+    record_arguments: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Record tool arguments and results on spans, redacted and cut at 16 KB as the activity log "
+            "keeps them; off by default, as they may hold what a client should not leak."
+        ),
+    ] = False
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

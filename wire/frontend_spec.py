@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from mcpvisor.wire.config import OAuthResourceConfig, RegistryConfig, SearchConfig, ServerConfig, Settings, TenantConfig
+from mcpvisor.wire.policy_sources import PolicyBundle
 
 ENV_VAR = "MCPVISOR_FRONTEND"
 
@@ -24,6 +25,7 @@ class FrontendSpec(msgspec.Struct, kw_only=True, frozen=True):
     # code_execution's script sandbox covers them wherever a bind would show them.
     hidden: list[str] = []
     search: SearchConfig = msgspec.field(default_factory=SearchConfig)
+    policies: PolicyBundle | None = None  # [policy] and the text of its files (None: no policies)
 
 
 def encode(spec: FrontendSpec) -> str:

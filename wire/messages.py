@@ -14,6 +14,7 @@ import msgspec
 from mcpvisor.wire.config import ServerConfig, TenantConfig
 from mcpvisor.wire.errors import ErrorCode
 from mcpvisor.wire.operator import Action, OperatorResult
+from mcpvisor.wire.policy_sources import PolicyBundle
 from mcpvisor.wire.states import ProcessState, UpstreamState
 
 
@@ -62,6 +63,9 @@ class Request(_Msg, tag="req"):
     method: str
     timeout: float
     activity_id: str = ""  # the activity log's request id, so the worker's lines for the call carry it
+    # The frontend's span of this request as the OpenTelemetry propagators write it (`traceparent`,
+    # `tracestate`, `baggage`): the parent of the worker's span. Empty while telemetry is off.
+    trace_context: dict[str, str] = {}
 
 
 class Cancel(_Msg, tag="cancel"):
@@ -156,14 +160,16 @@ class Report(_Msg, tag="report"):
     discoveries: int = 0
     connect_seconds: float = 0.0  # the upstream's own start: transport opened to initialize answered
     waiting: bool = False  # the upstream waits for the operator (a secret it needs is missing): not a crash
+    spans_dropped: int = 0  # spans this process could not hand to the collector (telemetry), for /metrics
 
 
 class ConfigChanged(_Msg, tag="config"):
-    """Supervisor -> frontend (events): the servers or tenants tables changed; payload-free, data inline."""
+    """Supervisor -> frontend (events): the servers or tenants tables (or the policies) changed; data inline."""
 
     servers: dict[str, ServerConfig]
     version: int = 0
     tenants: dict[str, TenantConfig] = {}
+    policies: PolicyBundle | None = None
 
 
 class OperatorRequest(_Msg, tag="opreq"):
@@ -173,6 +179,7 @@ class OperatorRequest(_Msg, tag="opreq"):
     action: Action
     name: str = ""
     tools: list[str] = []
+    reason: str = ""  # an operator's reason for denying a waiting call
 
 
 class OperatorReply(_Msg, tag="oprep"):

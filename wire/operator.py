@@ -12,8 +12,12 @@ from typing import Literal
 import msgspec
 
 # "account": an upstream login forgotten with no worker running (name: the worker, tools: [event]),
-# for the activity log the frontend writes.
-Action = Literal["pending", "inspect", "approve", "block", "account"]
+# for the activity log the frontend writes. "calls", "allow", "deny": the calls waiting for an
+# operator's approval (name: the call's id; the request's `reason` for deny). "operator": a command
+# that changed something, for the activity log (name: its target, tools: [command], reason: by whom).
+Action = Literal["pending", "inspect", "approve", "block", "account", "calls", "allow", "deny", "operator"]
+# How much harm the security analysis sees in a finding, a tool or a server.
+Risk = Literal["low", "medium", "high"]
 
 
 class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
@@ -30,9 +34,11 @@ class PendingServer(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class Finding(msgspec.Struct, kw_only=True, frozen=True):
+    """One suspicious pattern the security analysis found in a tool definition (frontend/gate/security.py)."""
+
     kind: str
     rule: str
-    severity: str
+    severity: Risk
     evidence: str
     location: str = "description"
     detail: str = ""
@@ -91,4 +97,32 @@ class Noted(_Result, tag="noted", kw_only=True):
     """The frontend recorded what it was told."""
 
 
-OperatorResult = Pending | Inspection | Decision | Noted
+class WaitingCall(msgspec.Struct, kw_only=True, frozen=True):
+    """A call waiting for an operator: never its raw arguments (`arguments` is redacted JSON text)."""
+
+    id: str
+    tenant: str  # "local": the plain endpoints
+    tool: str  # server:tool
+    arguments: str
+    since: float  # seconds since the epoch
+    expires: float  # when approval_timeout refuses it
+    policies: list[str]  # the permits that ask for approval
+    endpoint: str = ""
+    client: str = ""
+
+
+class WaitingCalls(_Result, tag="waiting", kw_only=True):
+    calls: list[WaitingCall]
+
+
+class CallVerdict(_Result, tag="verdict", kw_only=True):
+    """What `allow` or `deny` decided."""
+
+    id: str
+    verdict: Literal["allow", "deny"]
+    tool: str
+    tenant: str
+    reason: str = ""
+
+
+OperatorResult = Pending | Inspection | Decision | Noted | WaitingCalls | CallVerdict

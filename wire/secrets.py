@@ -1,4 +1,8 @@
-"""Secret references (`${env:NAME}`, `${file:PATH}`): resolved where used, redacted everywhere else."""
+"""Secret references (`${env:NAME}`, `${file:PATH}`): resolved where used, redacted everywhere else.
+
+What a listing shows of a value (references as written, literal secrets masked) is
+`redaction.redact_value`; `Redactor` scrubs values known to be secret out of free text.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from mcpvisor.wire.redaction import redact_secrets
-
 SECRET_REF = re.compile(r"\$\{(env|file):([^}]+)\}")
 REDACTED = "***"
-
-# Header names whose values are credentials even when written inline.
-_SENSITIVE_HEADER = re.compile(r"authorization|token|secret|key|cookie|passw|pwd|credential|private", re.I)
 
 
 class SecretError(Exception):
@@ -40,24 +39,6 @@ def resolve(value: str, environ: Mapping[str, str] | None = None) -> str:
 
 def resolve_all(table: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {key: resolve(value, environ) for key, value in table.items()}
-
-
-def redact_value(key: str, value: str) -> str:
-    """What a listing shows for one env/header value: references as written, literal secrets masked.
-
-    A value is masked whole when its name says it is a credential; otherwise what looks like one
-    inside it (a URL's password, a token, `password=...`) is.
-    """
-    if SECRET_REF.search(value):
-        # The reference names where the secret lives, not the secret; a literal beside it may be one.
-        return redact_secrets(value)
-    if _SENSITIVE_HEADER.search(key):
-        return REDACTED
-    return redact_secrets(value)
-
-
-def redact_table(table: Mapping[str, str]) -> dict[str, str]:
-    return {key: redact_value(key, value) for key, value in table.items()}
 
 
 class Redactor:

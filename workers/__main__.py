@@ -9,7 +9,7 @@ import sys
 
 import trio
 
-from mcpvisor.runtime import lifetime, logs
+from mcpvisor.runtime import lifetime, logs, telemetry
 from mcpvisor.wire import worker_spec
 from mcpvisor.workers.upstream import StartupFailed
 from mcpvisor.workers.worker import open_worker
@@ -22,8 +22,10 @@ EXIT_UPSTREAM_FAILED = 3
 async def main(spec: worker_spec.WorkerSpec) -> int:
     """Serve until SIGTERM/SIGINT (then let calls in flight finish) or until the upstream cannot start."""
     failed = False
+    tenant, _, server = spec.id.rpartition("/")
+    identity = {"mcpvisor.worker_id": spec.id, "mcpvisor.server": server, "mcpvisor.tenant": tenant}
     try:
-        async with open_worker(spec) as worker, trio.open_nursery() as nursery:
+        async with telemetry.running("worker", **identity), open_worker(spec) as worker, trio.open_nursery() as nursery:
 
             async def serve() -> None:
                 await worker.serve()

@@ -1,12 +1,16 @@
-"""`Mcp-Method` and `Mcp-Name` on every request the worker POSTs to a streamable HTTP upstream.
+"""`Mcp-Method` and `Mcp-Name` on every request the worker POSTs to a streamable HTTP upstream,
+and the request's trace context (`traceparent`, `tracestate`, `baggage`) as W3C headers.
 
 2026-07-28 lets load balancers and gateways route by these headers without reading the body.
 The SDK's client sets them only on 2026-07-28 sessions, and the worker speaks the handshake era to
-its upstream, so an httpx request hook copies them from the JSON-RPC body it is about to send.
+its upstream, so an httpx request hook copies them from the JSON-RPC body it is about to send. The
+trace context is copied the same way from `params._meta`, where the call's span put it, so an HTTP
+server's own instrumentation (a proxy, a framework) joins the same trace.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx2
@@ -20,6 +24,13 @@ class _Envelope(msgspec.Struct):
 
 
 _decode = msgspec.json.Decoder(_Envelope)
+
+# What a trace header may hold: the W3C formats' characters, within their propagation limits.
+_TRACE_HEADERS = {
+    "traceparent": re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}"),
+    "tracestate": re.compile(r"[\x20-\x7e]{1,512}"),
+    "baggage": re.compile(r"[\x20-\x7e]{1,8192}"),
+}
 
 
 def routing_headers(body: bytes) -> dict[str, str]:
@@ -35,6 +46,12 @@ def routing_headers(body: bytes) -> dict[str, str]:
     name = (message.params or {}).get(key) if key is not None else None
     if isinstance(name, str):
         headers[MCP_NAME_HEADER] = encode_header_value(name)
+    meta = (message.params or {}).get("_meta")
+    if isinstance(meta, dict) and isinstance(meta.get("traceparent"), str):
+        for header, form in _TRACE_HEADERS.items():
+            value = meta.get(header)
+            if isinstance(value, str) and form.fullmatch(value):
+                headers[header] = value
     return headers
 
 

@@ -32,9 +32,11 @@ from mcpvisor.store.state_url import StateStoreError
 from mcpvisor.wire import tenant_secrets
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import ErrorCode, WireError
+from mcpvisor.wire.redaction import redact_secrets, redact_url
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
+from mcpvisor.workers import upstream_spans
 from mcpvisor.workers.oauth import Challenge, Record, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
@@ -214,6 +216,8 @@ class Upstream:
         self.catalog_seq = 0
         self.server_name = ""
         self.initialize_result = b""  # the upstream's initialize result as JSON
+        self.protocol_version = ""  # the version the upstream chose in its initialize result
+        self._attempt: upstream_spans.Attempt | upstream_spans._NoAttempt = upstream_spans.NO_ATTEMPT
         self.session: ClientSession | None = None
         self.redact = Redactor()
         self._lost = trio.Event()
@@ -273,7 +277,8 @@ class Upstream:
     def _set_state(self, state: UpstreamState, error: str = "") -> None:
         if state is UpstreamState.READY:
             error = ""
-        error = self.redact(error)
+        # The values known to be secret, then whatever looks like one (an upstream may quote the URL).
+        error = redact_secrets(self.redact(error))
         if (state, error) != (self.state, self.error):
             if error:
                 log.warning("upstream %s: %s (%s)", self.name, state, error)
@@ -300,18 +305,23 @@ class Upstream:
         """
         attempt = 0
         policy = self.server.policy
+        message = ""
         while True:
             self._lost = trio.Event()
             self._lost_reason = ""
             self._set_state(UpstreamState.CONNECTING, self.error)
+            self._attempt = upstream_spans.connecting(self, attempt, message)
             try:
                 async with self._connect() as session:
                     self.session = session
-                    await self._discover(session)
+                    with self._attempt.discovering():
+                        await self._discover(session)
                     attempt = 0
                     self.ever_ready = True
                     self.waiting_for_secret = False
                     self._set_state(UpstreamState.READY)
+                    self._attempt.ready()
+                    self._attempt = upstream_spans.NO_ATTEMPT
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._serve_pings, session)
                         nursery.start_soon(self._serve_polling, session)
@@ -330,6 +340,7 @@ class Upstream:
             except Exception as exc:  # the reconnect loop is the boundary: every failure becomes a state
                 message = self._explain(describe_failure(exc))
                 self.waiting_for_secret = _secret_error(exc)
+                self._attempt.failed(message)
             finally:
                 self.session = None
                 self._channel = None
@@ -373,7 +384,7 @@ class Upstream:
                 list_roots_callback=self.hooks.list_roots,
             )
             await stack.enter_async_context(session)
-            with trio.move_on_after(timeout) as scope:
+            with trio.move_on_after(timeout) as scope, self._attempt.initializing():
                 result = await session.initialize()
             if scope.cancelled_caught:
                 raise WireError(ErrorCode.TIMEOUT, f"no answer to initialize within {timeout:g}s")
@@ -382,6 +393,7 @@ class Upstream:
                 with trio.move_on_after(timeout), contextlib.suppress(MCPError):
                     await session.set_logging_level("debug")
             self.server_name = result.server_info.name if result.server_info else ""
+            self.protocol_version = str(result.protocol_version or "")
             self.initialize_result = _json.encode(result.model_dump(by_alias=True, mode="json", exclude_none=True))
             self.connect_seconds = trio.current_time() - started
             yield session
@@ -416,6 +428,7 @@ class Upstream:
         for value in headers.values():
             self.redact.add(value)
         assert server.url is not None
+        log.info("upstream %s: connecting to %s (%s)", self.name, redact_url(server.url), server.kind)
         if server.kind == "sse":
             return await stack.enter_async_context(sse_client(server.url, headers=headers, auth=self.auth))
         http = await stack.enter_async_context(create_mcp_http_client(headers=headers, auth=self.auth))
@@ -781,7 +794,8 @@ class Upstream:
             if session is None or self.state is not UpstreamState.READY:
                 continue
             try:
-                await self._discover(session)
+                with upstream_spans.discovery(self):
+                    await self._discover(session)
             except WireError as exc:
                 log.warning("upstream %s: rediscovery failed: %s", self.name, exc.message)
             except MCPError as exc:

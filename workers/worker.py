@@ -17,6 +17,8 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.runtime import telemetry
+from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.store.oauth_store import ACCOUNT_EVENT, CALLBACK_METHOD, LOGIN_METHOD, LOGIN_METHODS, LOGOUT_METHOD
 from mcpvisor.wire import codec
 from mcpvisor.wire.errors import ErrorCode, WireError
@@ -37,10 +39,10 @@ from mcpvisor.wire.messages import (
     Snapshot,
     SnapshotRequest,
 )
-from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.wire.worker_spec import WorkerSpec
 from mcpvisor.wire.zsocket import ZSocket
+from mcpvisor.workers import call_spans
 from mcpvisor.workers.oauth import LoginError
 from mcpvisor.workers.oauth_login import CallbackParams, LoginDesk
 from mcpvisor.workers.upstream import ClientHooks, StartupFailed, Upstream
@@ -76,7 +78,7 @@ class Worker:
         # Wakes _serve_deadlines no later than the soonest deadline of a call without a task.
         self._deadlines = trio.CancelScope()
         self._max_inflight = spec.server.policy.max_inflight
-        self._call_timeout = spec.server.policy.call_timeout or spec.call_timeout
+        self._call_timeout = spec.server.call_timeout(spec.call_timeout)
         auth = self.upstream.auth
         self.logins = None
         if auth is not None:
@@ -153,6 +155,7 @@ class Worker:
             discoveries=up.discoveries,
             connect_seconds=up.connect_seconds,
             waiting=up.waiting_for_secret and up.state is UpstreamState.ERROR,
+            spans_dropped=telemetry.active.spans_dropped if telemetry.active is not None else 0,
         )
         self.control.send_multipart_nowait(codec.control.encode(report))
 
@@ -191,12 +194,14 @@ class Worker:
                         if len(self._inflight) >= self._max_inflight:
                             await self._fail(msg.id, ErrorCode.BUSY, self._busy_message())
                             continue
-                        if not self._start_direct(msg, payload):
-                            call = self._inflight[msg.id] = _Call(self._timeout_for(msg), msg.activity_id)
+                        payload, span = call_spans.begin(self.upstream, msg, payload)
+                        if not self._start_direct(msg, payload, span):
+                            call = self._inflight[msg.id] = _Call(self._timeout_for(msg), msg.activity_id, span=span)
                             nursery.start_soon(self._run_request, msg, payload, call)
                     case Cancel():
                         if (call := self._inflight.get(msg.id)) is not None:
                             call.cancelled = True
+                            call_spans.end(call, None)
                             if call.scope is not None:
                                 call.scope.cancel()
                             else:
@@ -303,11 +308,11 @@ class Worker:
         return f"no answer from server '{self.spec.id}' within {timeout:g}s"
 
     def _timeout_for(self, msg: Request) -> float:
-        return min(msg.timeout, self._call_timeout) if msg.timeout > 0 else self._call_timeout
+        return self.spec.server.call_timeout(self.spec.call_timeout, msg.timeout)
 
     # -- calls without a task: pass-through requests on a stdio upstream ---------------------------
 
-    def _start_direct(self, msg: Request, payload: bytes | None) -> bool:
+    def _start_direct(self, msg: Request, payload: bytes | None, span: call_spans.CallSpan | None = None) -> bool:
         """Start a pass-through call on a stdio upstream with no task of its own; False if it cannot be.
 
         Such a call is a line written now and an entry in _inflight: the reader of the upstream's
@@ -316,12 +321,13 @@ class Worker:
         at once (a long line, a full pipe) or is not a pass-through goes by _run_request instead.
         """
         request_id = msg.id
-        call = _Call(self._timeout_for(msg), msg.activity_id, direct=True)
+        call = _Call(self._timeout_for(msg), msg.activity_id, direct=True, span=span)
 
         def finish(outcome: bytes | WireError) -> None:
             if self._inflight.get(request_id) is not call:
                 return
             self._end(request_id)
+            call_spans.end(call, outcome)
             if isinstance(outcome, WireError):
                 message = Failure(id=request_id, code=outcome.code, message=outcome.message, mcp_code=outcome.mcp_code)
                 self._send_soon(codec.calls.encode(message))
@@ -382,6 +388,7 @@ class Worker:
                     continue
                 self._end_direct(request_id, call)
                 message = self._timeout_message(call.timeout)
+                call_spans.end(call, WireError(ErrorCode.TIMEOUT, message))
                 self._send_soon(codec.calls.encode(Failure(id=request_id, code=ErrorCode.TIMEOUT, message=message)))
             self._deadlines.deadline = soonest
 
@@ -399,6 +406,7 @@ class Worker:
             scope.deadline = trio.current_time() + timeout
             with scope:
                 result = await self.upstream.request(msg.method, payload, timeout, msg.id)
+                call_spans.end(call, result)
                 frames = codec.calls.encode(Response(id=msg.id), result)
                 # The answer is the call's last act: no need to pass through the scheduler to send
                 # it, unless the frontend's pipe is full.
@@ -411,13 +419,16 @@ class Worker:
                 else:
                     raise WireError(ErrorCode.TIMEOUT, self._timeout_message(timeout))
         except WireError as exc:
+            call_spans.end(call, exc)
             await self._fail(msg.id, exc.code, exc.message, exc.mcp_code)
         except Exception:  # one broken request must not take the worker down; the log has the detail
             log.exception(
                 "request %d (%s) failed inside the worker [request id %s]", msg.id, msg.method, msg.activity_id
             )
+            call_spans.end(call, WireError(ErrorCode.INTERNAL, "internal error in the worker"))
             await self._fail(msg.id, ErrorCode.INTERNAL, f"internal error in the worker for '{self.spec.id}'")
         finally:
+            call_spans.end(call, None)  # the worker itself is stopping, or the frontend gave up on it
             self._end(msg.id)
 
 
@@ -428,15 +439,18 @@ class _Call:
     its deadline and the function that abandons it upstream.
     """
 
-    __slots__ = ("abandon", "activity", "cancelled", "deadline", "scope", "timeout")
+    __slots__ = ("abandon", "activity", "cancelled", "deadline", "scope", "span", "timeout")
 
-    def __init__(self, timeout: float, activity: str, *, direct: bool = False) -> None:
+    def __init__(
+        self, timeout: float, activity: str, *, direct: bool = False, span: call_spans.CallSpan | None = None
+    ) -> None:
         self.scope = None if direct else trio.CancelScope()
         self.timeout = timeout
         self.activity = activity
         self.cancelled = False  # by the frontend's Cancel, not by the deadline
         self.deadline = math.inf
         self.abandon: Callable[[], None] | None = None
+        self.span = span  # the call's span while telemetry is on (see call_spans)
 
 
 class WorkerHooks(ClientHooks):

@@ -14,10 +14,10 @@ from typing import Any
 
 import trio
 
+from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.wire import codec
 from mcpvisor.wire.inbox import serve_messages
 from mcpvisor.wire.messages import Command, ControlMessage, OperatorReply, OperatorRequest, Reply
-from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.zsocket import ZSocket
 
 log = logging.getLogger(__name__)

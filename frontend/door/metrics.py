@@ -18,6 +18,7 @@ from prometheus_client.metrics_core import Metric
 
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.door.control import ControlError
+from mcpvisor.runtime import telemetry
 from mcpvisor.wire.states import UpstreamState
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,22 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
+def _spans_dropped(rows: list[dict[str, Any]]) -> CounterMetricFamily:
+    """Spans each process could not hand to its collector (telemetry on): this one's, and the others' reports."""
+    dropped = CounterMetricFamily(
+        "mcpvisor_telemetry_spans_dropped",
+        "Spans not delivered to the OpenTelemetry collector: the export queue was full or the export failed",
+        labels=["process"],
+    )
+    if telemetry.active is not None:
+        dropped.add_metric(["frontend"], float(telemetry.active.spans_dropped))
+    for row in rows:
+        name = str(row.get("name", ""))
+        if isinstance(count := row.get("spans_dropped"), int) and name and name != "frontend":
+            dropped.add_metric([name if ":" in name else f"worker:{name}"], float(count))
+    return dropped
+
+
 class _StateCollector:
     """The scrape-time part: upstream states, catalog sizes, process states and memory."""
 
@@ -190,6 +207,7 @@ class _StateCollector:
                 pids[name if name == "frontend" or ":" in name else f"worker:{name}"] = pid
         yield states
         yield restarts
+        yield _spans_dropped(self.metrics._rows)
 
         memory = GaugeMetricFamily(
             "mcpvisor_process_resident_memory_bytes", "Resident memory of each mcpvisor process", labels=["process"]

@@ -15,6 +15,7 @@ import msgspec
 import trio
 import zmq
 
+from mcpvisor.frontend import spans
 from mcpvisor.frontend.door.calls import AskFailed, ClientCall
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.store.oauth_store import ACCOUNT_EVENT, LOGIN_METHODS
@@ -209,7 +210,14 @@ class Router:
             frames = [
                 worker.encode(),
                 *codec.calls.encode(
-                    Request(id=request_id, method=method, timeout=timeout, activity_id=activity_id), _encode(params)
+                    Request(
+                        id=request_id,
+                        method=method,
+                        timeout=timeout,
+                        activity_id=activity_id,
+                        trace_context=spans.wire_context(),
+                    ),
+                    _encode(params),
                 ),
             ]
             try:

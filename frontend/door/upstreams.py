@@ -12,16 +12,16 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import msgspec
 import trio
 
+from mcpvisor.frontend import spans
 from mcpvisor.frontend.door.calls import Caller, ClientCall
 from mcpvisor.frontend.door.catalog import Catalog, ServerView, exposed_name, split_name
-from mcpvisor.frontend.door.decisions import AllowAll, Approval, Decider, Deny, Held, HeldCalls, Proposed
 from mcpvisor.frontend.door.gatekeeper import Gate, approve_command
 from mcpvisor.frontend.door.logins import LOGIN_TOOL, LoginTickets, binding_of, login_answer, login_tool
 from mcpvisor.frontend.door.metrics import Metrics
@@ -29,10 +29,11 @@ from mcpvisor.frontend.door.rounds import ROUND_METHODS, Rounds
 from mcpvisor.frontend.door.router import Router
 from mcpvisor.frontend.door.search import SearchHit, ToolIndex
 from mcpvisor.frontend.door.service_ranking import ServiceRanking
-from mcpvisor.frontend.door.spans import NoSpans, Spans
 from mcpvisor.frontend.door.tasks import TASKS, TaskRoutes, UnknownTask, offers_tasks, with_opt_in
+from mcpvisor.frontend.gate import call_policy
 from mcpvisor.frontend.gate.activity import ActivityLog, Outcome, endpoint_of, new_request_id, with_request_id
 from mcpvisor.frontend.tool_args import error_result
+from mcpvisor.runtime import telemetry
 from mcpvisor.store import oauth_store
 from mcpvisor.wire.config import ServerConfig, Settings
 from mcpvisor.wire.errors import INVALID_PARAMS, ErrorCode, WireError
@@ -46,6 +47,9 @@ UNAVAILABLE = -32000  # JSON-RPC server error: the server exists but cannot take
 MAX_ELICITATIONS = 8  # per server, the clients told when its login completes
 LOGIN_START_TIMEOUT = 45.0  # the worker discovers the authorization server and registers before it has a URL
 LOGGED_METHODS = frozenset({"resources/read", "prompts/get"})  # besides tools/call
+RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+# Failures whose message is the upstream's own words, which may echo what the client sent.
+_UPSTREAMS_WORDS = frozenset({"upstream_error", "bad_request", ""})
 
 Kind = Literal["tool", "resource", "prompt"]
 
@@ -63,12 +67,16 @@ class NotFound(Exception):
 
 
 class UpstreamError(Exception):
-    """The call reached the worker and failed there (timeout, upstream gone, busy, an MCP error)."""
+    """The call reached the worker and failed there (timeout, upstream gone, busy, an MCP error).
 
-    def __init__(self, code: int, message: str) -> None:
+    `reason` names the wire's error code (`timeout`, `upstream_error`, ...) where one is known.
+    """
+
+    def __init__(self, code: int, message: str, *, reason: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.reason = reason
 
 
 class LoginRequired(UpstreamError):
@@ -97,11 +105,18 @@ class ToolTarget:
 
 
 class Refused(Exception):
-    """The gate refused a call; `answer` is the tool result that explains why (nothing ran)."""
+    """The gate refused a call; `answer` is the tool result that explains why (nothing ran).
 
-    def __init__(self, answer: dict[str, Any]) -> None:
+    `reason` is one word for what stopped it: policy, quarantine, pinning, destructive or login.
+    """
+
+    def __init__(
+        self, answer: dict[str, Any], reason: str = "", *, policy: tuple[str, tuple[str, ...]] = ("", ())
+    ) -> None:
         super().__init__("refused by the gate")
         self.answer = answer
+        self.reason = reason
+        self.policy = policy  # a policy's refusal: its decision and the ids of the policies that made it
 
 
 class Upstreams:
@@ -122,9 +137,6 @@ class Upstreams:
         tenant: str = "",
         ranking: ServiceRanking | None = None,
         logins: LoginTickets | None = None,
-        decider: Decider | None = None,
-        held: HeldCalls | None = None,
-        spans: Spans | None = None,
     ) -> None:
         self.tenant = tenant  # whose door this is ("": the servers without a tenant)
         self.logins = logins  # the login links of every tenant (a tenant's own upstream logins)
@@ -145,9 +157,6 @@ class Upstreams:
         self.metrics = metrics
         self._config_version = 0
         self.tasks = TaskRoutes()  # this stack's task handles: another tenant's are unknown here
-        self.decider: Decider = decider or AllowAll()  # may each call run (policies plug in here)
-        self.held = held if held is not None else HeldCalls()  # calls waiting for an operator
-        self.spans: Spans = spans or NoSpans()
 
     # -- the server table ------------------------------------------------------------------------
 
@@ -170,6 +179,7 @@ class Upstreams:
         return (
             self.catalog.version,
             self.gate.approvals.version,
+            self.gate.calls.policy.version,
             self._config_version,
             id(self.servers),
             id(self.settings),
@@ -181,9 +191,7 @@ class Upstreams:
 
     def call_timeout(self, server: str) -> float:
         config = self.servers.get(server)
-        if config is not None and config.policy.call_timeout is not None:
-            return config.policy.call_timeout
-        return self.settings.call_timeout
+        return config.call_timeout(self.settings.call_timeout) if config is not None else self.settings.call_timeout
 
     # -- visibility ------------------------------------------------------------------------------
 
@@ -199,14 +207,13 @@ class Upstreams:
 
     def tools(self) -> Iterator[tuple[ServerView, dict[str, Any]]]:
         """Every tool a client may see and call, as its server defines it (changed definitions withheld)."""
-        listed = self.decider.listed
         for view in self.visible():
             if view.login:
                 yield from ((view, tool) for tool in view.tools)  # mcpvisor's own login tool: nothing to pin
                 continue
             withheld = self.gate.withheld(view.id, view.tools)
             for tool in view.tools:
-                if tool.get("name") not in withheld and listed(None, view.id, tool):
+                if tool.get("name") not in withheld and self.listed("tool", view.id, tool):
                     yield view, tool
 
     def exposed_tools(self) -> list[dict[str, Any]]:
@@ -219,14 +226,18 @@ class Upstreams:
         for view in self.visible():
             withheld = self.gate.withheld(view.id, view.prompts, "prompt")
             for prompt in view.prompts:
-                if prompt.get("name") not in withheld:
+                if prompt.get("name") not in withheld and self.listed("prompt", view.id, prompt):
                     yield view, prompt
 
     def resources(self) -> list[dict[str, Any]]:
-        return [resource for view in self.visible() for resource in view.resources]
+        return [r for view in self.visible() for r in view.resources if self.listed("resource", view.id, r)]
 
     def templates(self) -> list[dict[str, Any]]:
-        return [template for view in self.visible() for template in view.templates]
+        return [t for view in self.visible() for t in view.templates if self.listed("resource", view.id, t)]
+
+    def listed(self, kind: Kind, server: str, item: dict[str, Any]) -> bool:
+        """The policies let this tenant see it (`Action::"list"`); a tool they hide does not exist for it."""
+        return self.gate.calls.policy.shown(self.tenant, kind, server, item)
 
     async def search(self, query: str, limit: int) -> list[tuple[SearchHit, dict[str, Any]]]:
         """The best `limit` visible tools for `query`, with their definitions.
@@ -244,6 +255,14 @@ class Upstreams:
             if not view.login
             for tool in self.gate.withheld(server, view.tools)
         }
+        if self.gate.calls.policy.active:  # what the policies hide is asked for beyond `limit` as well
+            withheld |= {
+                (server, tool["name"])
+                for server, view in views.items()
+                if not view.login
+                for tool in view.tools
+                if not self.listed("tool", server, tool)
+            }
         index, vector = self.index, None
         if self.ranking is not None:
             vector = await self.ranking.query_vector(query, views, fallback=self.index.status)
@@ -356,7 +375,7 @@ class Upstreams:
             reason = f"is unavailable: {self.catalog.describe_unavailable(server)}"
             raise NotFound("tool", name, reason, code=UNAVAILABLE, unknown=False)
         for definition in view.tools:
-            if definition.get("name") == tool:
+            if definition.get("name") == tool and self.listed("tool", server, definition):
                 return ToolTarget(server, tool, definition, quarantined=config is not None and config.quarantined)
         raise NotFound("tool", name, f"server '{server}' has no tool '{tool}'")
 
@@ -367,6 +386,9 @@ class Upstreams:
             raise NotFound("prompt", name, "prompts are named 'server:prompt'")
         server, prompt = target
         view = self.catalog.servers[server]
+        definition = next((p for p in view.prompts if p.get("name") == prompt), {"name": prompt})
+        if not self.listed("prompt", server, definition):
+            raise NotFound("prompt", name, "prompts are named 'server:prompt'")
         if prompt in self.gate.withheld(server, view.prompts, "prompt"):
             reason = f"its definition changed since approval; an operator approves it with `{approve_command(server)}`"
             raise NotFound("prompt", name, reason)
@@ -375,9 +397,20 @@ class Upstreams:
     def find_resource(self, uri: str) -> str:
         """The visible server that serves `uri` (a listed resource or a template that matches it)."""
         server = self.catalog.resolve_resource(uri)
-        if server is None or not self.shown(server):
+        if server is None or not self.shown(server) or not self.listed("resource", server, self._resource(server, uri)):
             raise NotFound("resource", uri, "no connected server offers it")
         return server
+
+    def _prompt(self, server: str, name: str) -> dict[str, Any]:
+        view = self.catalog.servers.get(server)
+        listed = view.prompts if view is not None else []
+        return next((prompt for prompt in listed if prompt.get("name") == name), {"name": name})
+
+    def _resource(self, server: str, uri: str) -> dict[str, Any]:
+        """The listed resource at `uri` (its name and type for the policies), else the bare uri."""
+        view = self.catalog.servers.get(server)
+        listed = view.resources if view is not None else []
+        return next((resource for resource in listed if resource.get("uri") == uri), {"uri": uri})
 
     def _known(self) -> str:
         return ", ".join(sorted(set(self.servers) | set(self.catalog.servers))) or "none"
@@ -385,6 +418,49 @@ class Upstreams:
     # -- calls -----------------------------------------------------------------------------------
 
     async def request(
+        self,
+        server: str,
+        method: str,
+        params: dict[str, Any],
+        call: ClientCall | None = None,
+        *,
+        what: str = "",
+        activity_id: str = "",
+    ) -> bytes | dict[str, Any]:
+        """`_request` in the door's span, while telemetry is on."""
+        if telemetry.active is None:
+            return await self._request(server, method, params, call, what=what, activity_id=activity_id)
+        name = params.get("uri" if method in RESOURCE_METHODS else "name")
+        run = functools.partial(self._request, server, method, params, call, what=what, activity_id=activity_id)
+        return await self._in_door(method, server, name if isinstance(name, str) else "", params, call, "", run)
+
+    async def _in_door(
+        self,
+        method: str,
+        server: str,
+        name: str,
+        params: dict[str, Any],
+        call: ClientCall | None,
+        via: str,
+        run: Callable[[], Awaitable[bytes | dict[str, Any]]],
+    ) -> bytes | dict[str, Any]:
+        """`run()` in the door's span: the gate's refusal, a failure or the answer is told on it."""
+        worker = self.worker_id(server)
+        with spans.door(self.tenant, method, server, name, params, call, via=via, worker=worker) as door:
+            if door is None:
+                return await run()
+            try:
+                result = await run()
+            except Refused as refused:
+                door.refused(refused.reason, *refused.policy)
+                raise
+            except UpstreamError as exc:
+                door.failed(exc.code, exc.message, exc.reason, own=exc.reason not in _UPSTREAMS_WORDS)
+                raise
+            door.answered(method, result)
+            return result
+
+    async def _request(
         self,
         server: str,
         method: str,
@@ -416,9 +492,10 @@ class Upstreams:
             return await self.router.request(server, method, params, timeout, call, activity_id=activity_id)
         except WireError as exc:
             if exc.code is ErrorCode.LOGIN_REQUIRED:
-                raise LoginRequired(exc.jsonrpc_code, exc.message) from None
+                raise LoginRequired(exc.jsonrpc_code, exc.message, reason=exc.code.name.lower()) from None
             # Name what was called ("Tool 'github:create_issue': ..."), not only the server.
-            raise UpstreamError(exc.jsonrpc_code, f"{what}: {exc.message}" if what else exc.message) from None
+            message = f"{what}: {exc.message}" if what else exc.message
+            raise UpstreamError(exc.jsonrpc_code, message, reason=exc.code.name.lower()) from None
 
     # -- a tenant's own upstream accounts --------------------------------------------------------
 
@@ -476,18 +553,38 @@ class Upstreams:
         tasks: bool = False,
         caller: Caller | None = None,
     ) -> bytes | dict[str, Any]:
-        """Call an upstream tool through the gate and the decision point, recorded in the activity log.
+        """`_call_tool` in the door's span, while telemetry is on: the gate's decision, how it ended."""
+        options: dict[str, Any] = {"intent": intent, "destructive": destructive, "tasks": tasks, "caller": caller}
+        if telemetry.active is None:
+            return await self._call_tool(target, params, call, via=via, **options)
+        run = functools.partial(self._call_tool, target, params, call, via=via, **options)
+        return await self._in_door("tools/call", target.server, target.name, params, call, via, run)
+
+    async def _call_tool(
+        self,
+        target: ToolTarget,
+        params: dict[str, Any],
+        call: ClientCall | None = None,
+        *,
+        via: str,
+        intent: dict[str, Any] | None = None,
+        destructive: bool = True,
+        tasks: bool = False,
+        caller: Caller | None = None,
+    ) -> bytes | dict[str, Any]:
+        """Call an upstream tool through the gate, recorded in the activity log.
 
         `via` names the path the call came by (`direct`, `call_tool_read`, `proxy`, ...); without
         `destructive`, a tool its server marks destructive is refused. `caller` says who asks when
         no client's call is at hand (it is the call's own otherwise). Refused (with the answer to
-        give) when the gate or a decision stops the call; UpstreamError when it fails. With `tasks`
-        (an endpoint that routes task handles back), a 2026-07-28 client that opted in to the Tasks
-        extension may get a task from an upstream that offers them; its handle is remembered here.
+        give) when the gate stops the call; UpstreamError when it fails. With `tasks` (an endpoint
+        that routes task handles back), a 2026-07-28 client that opted in to the Tasks extension
+        may get a task from an upstream that offers them; its handle is remembered here.
         """
         started = time.monotonic()
         request_id = new_request_id()
         who = call.caller if call is not None else caller or Caller()
+        decided: tuple[str, tuple[str, ...]] = ("", ())  # the policies' decision, once made
 
         def record(outcome: Outcome, result: bytes | None = None) -> None:
             duration = time.monotonic() - started
@@ -506,26 +603,45 @@ class Upstreams:
                 result=result,
                 trace=(who.traceparent, who.tracestate),
                 tenant=self.tenant,
+                decision=decided[0],
+                policies=decided[1],
             )
             if self.metrics is not None:
                 self.metrics.call_done(self.worker_id(target.server), via, outcome, duration)
 
         if target.login:
             other = "" if target.tool == LOGIN_TOOL else target.tool
-            raise Refused(await self.connect_account(target.server, call, tool=other))
-        with self.spans.span("mcpvisor.gate", who, {"mcpvisor.server": target.server}) as span:
-            refusal = self.gate.refusal(target, self.catalog)
-            if refusal is None and target.destructive and not destructive:
-                refusal = error_result(
-                    f"Tool '{target.name}' is marked destructive by its server (destructiveHint: true): "
-                    f"call it with call_tool_destructive instead of {via}. It was not run."
-                )
-            if refusal is None:
-                refusal = await self._decide(target, params, via, who, call)
-            if refusal is not None:
-                span.set("mcpvisor.outcome", "blocked")
-                record("blocked")
-                raise Refused(refusal)
+            raise Refused(await self.connect_account(target.server, call, tool=other), "login")
+        refusal = self.gate.refusal(target, self.catalog)
+        gated = refusal is not None
+        if refusal is None and target.destructive and not destructive:
+            refusal = error_result(
+                f"Tool '{target.name}' is marked destructive by its server (destructiveHint: true): "
+                f"call it with call_tool_destructive instead of {via}. It was not run."
+            )
+        if refusal is not None:
+            record("blocked")
+            raise Refused(refusal, "quarantine" if target.quarantined else "pinning" if gated else "destructive")
+        try:
+            passed = await self.gate.calls.admit(
+                tenant=self.tenant,
+                kind="tool",
+                server=target.server,
+                item=target.definition,
+                name=target.name,
+                arguments=params.get("arguments"),
+                endpoint=who.endpoint or endpoint_of(via, target.server),
+                via=via,
+                client=who.client,
+                progress=_progress_to(call),
+                activity=self.activity,
+            )
+        except call_policy.Stopped as stopped:
+            decided = (stopped.decision, stopped.policies)
+            record("blocked")
+            raise Refused(stopped.answer, "policy", policy=(stopped.decision, stopped.policies)) from None
+        decided = (passed.decision, passed.policies)
+        spans.gate_passed(passed.decision, passed.policies)
         in_flight = self.metrics.in_flight_of(self.worker_id(target.server)) if self.metrics is not None else None
         tasks = tasks and call is not None and call.modern and call.request.declares("extensions", TASKS)
         if tasks and self.offers_tasks(target.server):
@@ -533,18 +649,18 @@ class Upstreams:
         try:
             if in_flight is not None:
                 in_flight.inc()
-            with self.spans.span("mcpvisor.route", who, {"mcpvisor.worker_id": self.worker_id(target.server)}):
-                result = await self.request(
-                    target.server, "tools/call", params, call, what=f"Tool '{target.name}'", activity_id=request_id
-                )
+            result = await self.request(
+                target.server, "tools/call", params, call, what=f"Tool '{target.name}'", activity_id=request_id
+            )
         except LoginRequired:
             record("error")
             # Never a bare failure: the same answer as the login tool's, the link to log in again.
-            raise Refused(await self.connect_account(target.server, call, tool=target.tool)) from None
+            raise Refused(await self.connect_account(target.server, call, tool=target.tool), "login") from None
         except UpstreamError:
             record("error")
             raise
         finally:
+            passed.done()
             if in_flight is not None:
                 in_flight.dec()
         if isinstance(result, bytes):
@@ -553,38 +669,6 @@ class Upstreams:
                 self.tasks.made(target.server, task_id)
             return with_request_id(result, request_id)
         return result
-
-    async def _decide(
-        self, target: ToolTarget, params: dict[str, Any], via: str, caller: Caller, call: ClientCall | None
-    ) -> dict[str, Any] | None:
-        """The decision point: None when the call may run, else the result that explains why not.
-
-        A call that needs an operator's approval waits here, telling a client that asked for
-        progress that it waits.
-        """
-        proposed = Proposed(caller, target.server, target.tool, "tool", target.definition, params.get("arguments"), via)
-        decision = self.decider.decide(proposed)
-        if isinstance(decision, Deny):
-            rules = f" ({', '.join(decision.rules)})" if decision.rules else ""
-            return error_result(f"Tool '{target.name}' was not run: {decision.reason}{rules}.")
-        if not isinstance(decision, Approval):
-            return None
-
-        async def waiting(held: Held, seconds: float) -> None:
-            if call is not None:
-                message = f"Tool '{target.name}' waits for an operator's approval (call {held.id}, {seconds:.0f}s)"
-                await call.request.progress(seconds, None, message)
-
-        held = await self.held.wait(proposed, decision, waiting)
-        if held.verdict == "allowed":
-            return None
-        if held.verdict == "denied":
-            why = f": {held.reason}" if held.reason else ""
-            return error_result(f"Tool '{target.name}' was not run: an operator denied it{why}.")
-        return error_result(
-            f"Tool '{target.name}' was not run: it waited {decision.timeout:g}s for an operator's approval "
-            f"(call {held.id}: {decision.reason}), which did not come."
-        )
 
     def offers_tasks(self, server: str) -> bool:
         """The server's upstream declared the Tasks extension when it last connected."""
@@ -616,6 +700,7 @@ class Upstreams:
         kind: Kind = "resource" if method == "resources/read" else "prompt"
         name = params.get("uri" if kind == "resource" else "name")
         who = call.caller if call is not None else Caller()
+        decided: tuple[str, tuple[str, ...]] = ("", ())
 
         def record(outcome: Outcome, result: bytes | None = None) -> None:
             self.activity.record(
@@ -634,17 +719,62 @@ class Upstreams:
                 result=result,
                 trace=(who.traceparent, who.tracestate),
                 tenant=self.tenant,
+                decision=decided[0],
+                policies=decided[1],
             )
 
+        shown = name if isinstance(name, str) else ""
+        item = self._resource(server, shown) if kind == "resource" else self._prompt(server, shown)
+        if not self.listed(kind, server, item):  # hidden from this tenant: as if it did not exist
+            record("blocked")
+            reason = "no connected server offers it" if kind == "resource" else "prompts are named 'server:prompt'"
+            raise UpstreamError(INVALID_PARAMS, NotFound(kind, what_of(kind, server, shown), reason).message)
+        try:
+            passed = await self.gate.calls.admit(
+                tenant=self.tenant,
+                kind=kind,
+                server=server,
+                item=item,
+                name=f"{server}:{shown}",
+                arguments=params.get("arguments") if kind == "prompt" else None,
+                endpoint=who.endpoint or endpoint_of("", server),
+                via=method,
+                client=who.client,
+                progress=_progress_to(call),
+                activity=self.activity,
+            )
+        except call_policy.Stopped as stopped:
+            decided = (stopped.decision, stopped.policies)
+            record("blocked")
+            raise UpstreamError(INVALID_PARAMS, stopped.message) from None
+        decided = (passed.decision, passed.policies)
         try:
             result = await self.request(server, method, params, call, what=what, activity_id=request_id)
         except UpstreamError:
             record("error")
             raise
+        finally:
+            passed.done()
         if isinstance(result, bytes):
             record("ok", result)
             return with_request_id(result, request_id)
         return result
+
+
+def what_of(kind: Kind, server: str, name: str) -> str:
+    """How a client names a resource (its URI) or a prompt (`server:prompt`) in an error."""
+    return name if kind == "resource" else f"{server}:{name}"
+
+
+def _progress_to(call: ClientCall | None) -> call_policy.Progress | None:
+    """How a call waiting for an operator tells its client so: progress notifications, when it asked for them."""
+    if call is None:
+        return None
+
+    async def progress(waited: float, message: str) -> None:
+        await call.notify("notifications/progress", call_policy.progress_payload(waited, message))
+
+    return progress
 
 
 class _ErrorFlag(msgspec.Struct):

@@ -37,6 +37,7 @@ from mcpvisor.frontend.endpoints.console import (
 )
 from mcpvisor.frontend.gate.approvals import ToolApprovals, definition_hash
 from mcpvisor.frontend.gate.store_writer import StoreWriter
+from mcpvisor.frontend.gate.waiting_calls import UnknownCall, WaitingCalls, operator_answer
 from mcpvisor.store.state_db import STORE_ERRORS, is_shared
 from mcpvisor.store.tokens import TokenError, TokenStore, parse_expiry
 from mcpvisor.wire.config import ServerConfig, TenantConfig
@@ -248,6 +249,9 @@ ROUTES: Final = (
             ("limit", "integer", f"at most this many rows, the newest (1-{MAX_ACTIVITY}, default 100)"),
         ),
     ),
+    Route("GET", "/calls", "waiting_calls", "Calls waiting for an operator's approval (arguments redacted)"),
+    Route("POST", "/calls/{id}/allow", "allow_call", "Allow a waiting call: it runs now"),
+    Route("POST", "/calls/{id}/deny", "deny_call", "Deny a waiting call; its client is told the reason", body="Reason"),
     Route("GET", "/tenants", "tenants", "Tenants: their servers, limits and token counts"),
     Route("GET", "/tokens", "list_tokens", "Access tokens (never the token itself)"),
     Route("POST", "/tokens", "add_token", "Create a token; the answer is the only time it is shown", body="NewToken"),
@@ -276,7 +280,9 @@ class AdminApi:
         archive: DefinitionArchive | None = None,
         tenants: Callable[[], Mapping[str, TenantConfig]] = dict,
         tokens: TokenStore | None = None,
+        waiting: WaitingCalls | None = None,
     ) -> None:
+        self.waiting = waiting
         self.door = door
         self.control = control
         self._servers = servers
@@ -421,6 +427,8 @@ class AdminApi:
         rows = await self.control.call("status", data={})
         row = next((row for row in rows if row["name"] == name), None)
         inspection = await self.control.call("inspect", data={"name": name})
+        if inspection.get("kind") == "proposal":  # a change pending for it: the server is as it runs now
+            inspection = inspection.get("server", {})
         result = self._server_row(name, row, config, None)
         result["config"] = {
             "transport": inspection.get("transport", ""),
@@ -572,6 +580,27 @@ class AdminApi:
             data["after"] = _int(query, "after", 0, 0, 2**62)
         result = await self.control.call("activity", data=data)
         return 200, {"rows": result["rows"], "last": result["last"]}
+
+    async def waiting_calls(self, **_: Any) -> tuple[int, Any]:
+        return 200, {"calls": _builtins(await self._calls("calls", "", "", "")).get("calls", [])}
+
+    async def allow_call(self, *, id: str, admitted: Admitted, **_: Any) -> tuple[int, Any]:
+        return 200, _builtins(await self._calls("allow", id, "", f"api:{admitted.principal.subject}"))
+
+    async def deny_call(self, *, id: str, body: dict[str, Any], admitted: Admitted, **_: Any) -> tuple[int, Any]:
+        reason = body.get("reason", "")
+        if not isinstance(reason, str) or len(reason) > 1000 or set(body) - {"reason"}:
+            raise ApiError(400, '"reason" must be text of at most 1000 characters (and the only field)')
+        return 200, _builtins(await self._calls("deny", id, reason, f"api:{admitted.principal.subject}"))
+
+    async def _calls(self, action: str, call_id: str, reason: str, decided_by: str) -> Any:
+        """The waiting calls, or a verdict: straight to the registry, which the supervisor refuses to reach for us."""
+        if self.waiting is None:
+            raise ApiError(404, "this mcpvisor holds no calls for approval")
+        try:
+            return await operator_answer(self.waiting, action, call_id, reason, decided_by)
+        except UnknownCall as exc:
+            raise ApiError(404, str(exc)) from None
 
     async def tenants(self, **_: Any) -> tuple[int, Any]:
         counts: dict[str, int] = {}
@@ -738,6 +767,10 @@ _SCHEMAS: Final = {
     "Tools": {
         "type": "object",
         "properties": {"tools": {"type": "array", "items": {"type": "string"}, "description": "only these tools"}},
+    },
+    "Reason": {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "description": "told to the client whose call is denied"}},
     },
     "NewToken": {
         "type": "object",

@@ -16,12 +16,14 @@ from typing import Any, Final, Literal, Protocol
 import msgspec
 from msgspec import Raw
 
+from mcpvisor.frontend import spans
 from mcpvisor.frontend.door.calls import AskFailed, Caller
 from mcpvisor.frontend.endpoints import eras, rpc
 from mcpvisor.frontend.endpoints.engine import Call
 from mcpvisor.frontend.endpoints.request_state import StateSeal
 from mcpvisor.frontend.endpoints.rpc import RpcError
 from mcpvisor.frontend.gate.activity import trace_context
+from mcpvisor.runtime import mcp_spans, telemetry
 
 Result = bytes | dict[str, Any]
 Handler = Callable[["Context"], Awaitable[Result]]
@@ -292,6 +294,40 @@ def _check_call(call: Call) -> None:
 
 _decode_name = msgspec.json.Decoder(str)
 _decode_null = msgspec.json.Decoder(None)
+
+
+async def served(context: Context) -> bytes:
+    """`dispatch` in the request's span (frontend/spans.py) while telemetry is on: its parent is the
+    client's (`params._meta`, else the HTTP headers); an error answer or a tool's failure is told on it."""
+    if telemetry.active is None:
+        return await dispatch(context)
+    call = context.call
+    named = {key: value for key in ("name", "uri") if isinstance(value := _decoded(call.params, key), str)}
+    extra: dict[str, Any] = {
+        "mcp.protocol.version": call.version,
+        "jsonrpc.request.id": str(call.id),
+        "mcpvisor.endpoint": context.table.path,
+    }
+    if call.session is not None:
+        extra["mcp.session.id"] = call.session.id[:128]
+    headers = {key: value for key in mcp_spans.CONTEXT_KEYS if (value := call.headers.get(key)) is not None}
+    with spans.serving(call.method, {**named, "_meta": call.meta}, headers, **extra) as serving:
+        if serving is None:  # telemetry stopped meanwhile: the process is on its way out
+            return await dispatch(context)
+        try:
+            result = await dispatch(context)
+        except RpcError as exc:
+            serving.error(exc.code, exc.message)
+            raise
+        serving.result(result)
+        return result
+
+
+def _decoded(params: dict[str, Raw], key: str) -> Any:
+    try:
+        return rpc.member(params, key)
+    except msgspec.DecodeError:
+        return None
 
 
 async def dispatch(context: Context) -> bytes:

@@ -12,21 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import msgspec
 
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.door.control import ControlClient, ControlError
 from mcpvisor.frontend.door.gatekeeper import other_tool_names
 from mcpvisor.frontend.gate.approvals import ToolApprovals
 from mcpvisor.frontend.gate.security import analyze_server
+from mcpvisor.frontend.gate.waiting_calls import UnknownCall, WaitingCalls, operator_answer
 from mcpvisor.store.state_db import STORE_ERRORS
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.messages import OperatorReply, OperatorRequest
 from mcpvisor.wire.operator import (
     Decision,
-    Finding,
     Inspection,
     Noted,
     OperatorResult,
@@ -34,6 +31,7 @@ from mcpvisor.wire.operator import (
     PendingServer,
     ToolReview,
 )
+from mcpvisor.wire.redaction import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +61,11 @@ class Operator:
         control: ControlClient,
         changed: Callable[[str], None],
         accounts: Callable[[str, Mapping[str, Any]], None] | None = None,
+        waiting: WaitingCalls | None = None,
+        changes: Callable[[str, str, str], None] | None = None,
     ) -> None:
+        self._changes = changes  # records an operator's change (command, target, by whom) in the activity log
+        self.waiting = waiting  # the calls waiting for an operator's approval (`ctl calls | allow | deny`)
         self._servers = servers  # a getter: the table changes with every ConfigChanged
         self._accounts = accounts  # records an upstream login or logout in the activity log
         self.catalog = catalog
@@ -77,6 +79,8 @@ class Operator:
             result = await self._run(request)
         except OperatorError as exc:
             return OperatorReply(id=request.id, error=exc.message, exit_code=exc.exit_code)
+        except UnknownCall as exc:
+            return OperatorReply(id=request.id, error=str(exc), exit_code=_EXIT_UNKNOWN)
         except STORE_ERRORS as exc:
             log.error("operator %s: the state store failed: %s", request.action, exc)
             return OperatorReply(id=request.id, error=f"the state store failed: {exc}", exit_code=_EXIT_ERROR)
@@ -94,6 +98,14 @@ class Operator:
             return await self.inspect(request.name)
         if request.action == "approve":
             return await self.approve(request.name, request.tools)
+        if request.action in ("calls", "allow", "deny"):
+            if self.waiting is None:
+                raise OperatorError("this frontend holds no calls for approval")
+            return await operator_answer(self.waiting, request.action, request.name, request.reason, "ctl")
+        if request.action == "operator":
+            if self._changes is not None and request.tools:
+                self._changes(request.tools[0], request.name, request.reason)
+            return Noted()
         if request.action == "account":
             if self._accounts is not None and request.tools:
                 self._accounts(request.name, {"event": request.tools[0], "by": "operator"})
@@ -156,7 +168,7 @@ class Operator:
                     risk=tool.risk,
                     score=tool.score,
                     summary=tool.summary,
-                    findings=msgspec.convert(msgspec.to_builtins(tool.findings), list[Finding]),
+                    findings=tool.findings,
                 )
             )
         return Inspection(
@@ -167,7 +179,7 @@ class Operator:
             transport=config.kind,
             command=[config.command, *config.args] if config.command is not None else [],
             cwd=config.cwd or "",
-            url=_redact_url(config.url or ""),
+            url=redact_url(config.url or ""),
             env=sorted(config.env),
             headers=sorted(config.headers),
             risk=report.risk,
@@ -259,18 +271,6 @@ class Operator:
             await self.control.call("server.quarantine", data={"name": name, "quarantined": quarantined})
         except ControlError as exc:
             raise OperatorError(f"{name}: the supervisor could not record the decision: {exc}") from None
-
-
-def _redact_url(url: str) -> str:
-    """The URL without its credentials (user info), which a listing must never show."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # not a URL one can take apart: show none of it
-        return "***"
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def _shown(name: str) -> str:

@@ -175,6 +175,12 @@ def server_table(
     def prompts(found: ServerView) -> list[dict[str, Any]]:
         return [prompt for server, prompt in upstreams.prompts() if server.id == name]
 
+    def resources(found: ServerView) -> list[dict[str, Any]]:
+        return [resource for resource in found.resources if upstreams.listed("resource", name, resource)]
+
+    def templates(found: ServerView) -> list[dict[str, Any]]:
+        return [template for template in found.templates if upstreams.listed("resource", name, template)]
+
     def resolve(tool: str) -> ToolTarget:
         view()
         return upstreams.find_tool(f"{name}:{tool}")
@@ -208,10 +214,8 @@ def server_table(
         "server/discover": discover,
         "tools/list": listed("tools/list", "tools", tools),
         "tools/call": ToolCalls(upstreams, builtins, resolve, via=VIA, tasks=True),
-        "resources/list": listed("resources/list", "resources", lambda found: found.resources),
-        "resources/templates/list": listed(
-            "resources/templates/list", "resourceTemplates", lambda found: found.templates
-        ),
+        "resources/list": listed("resources/list", "resources", resources),
+        "resources/templates/list": listed("resources/templates/list", "resourceTemplates", templates),
         "resources/read": forwarding(upstreams, "resources/read", here),
         "prompts/list": listed("prompts/list", "prompts", prompts),
         "prompts/get": forwarding(upstreams, "prompts/get", prompt_here),

@@ -1,9 +1,10 @@
 """The I/O around the MCP engine: one endpoint's HTTP requests read, handled and answered on trio.
 
 Each request is given to the engine (engine.py); what it returns is acted on here: an answer
-sent, a handler run (`handlers.dispatch`) with its progress, log lines and questions written on
-the request's own SSE stream, a session's GET stream held open, a cancellation or a client's
-answer delivered to the call waiting for it. A client that goes away cancels what it asked.
+sent, a handler run (`handlers.served`: `dispatch` in the request's span) with its progress, log
+lines and questions written on the request's own SSE stream, a session's GET stream held open, a
+cancellation or a client's answer delivered to the call waiting for it. A client that goes away
+cancels what it asked.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from mcpvisor.frontend.endpoints.engine import (
     event,
     stream_head,
 )
-from mcpvisor.frontend.endpoints.handlers import Context, Table, dispatch
+from mcpvisor.frontend.endpoints.handlers import Context, Table, served
 from mcpvisor.frontend.endpoints.http_server import DISCONNECT_KEY
 from mcpvisor.frontend.endpoints.notices import Notices
 from mcpvisor.frontend.endpoints.rpc import RpcError
@@ -292,7 +293,7 @@ class McpEndpoint:
         call = context.call
         if call.session is None:
             try:
-                message, code = rpc.result_message(call.id, await dispatch(context)), None
+                message, code = rpc.result_message(call.id, await served(context)), None
             except RpcError as error:
                 message, code = rpc.error_message(call.id, error), error.code
             await answer.finish(message, code)
@@ -302,7 +303,7 @@ class McpEndpoint:
         with trio.CancelScope() as cancel:
             self._running[key] = cancel
             try:
-                message, code = rpc.result_message(call.id, await dispatch(context)), None
+                message, code = rpc.result_message(call.id, await served(context)), None
             except RpcError as error:
                 message, code = rpc.error_message(call.id, error), error.code
             finally:

@@ -12,8 +12,9 @@ import json
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -21,13 +22,17 @@ import msgspec
 import trio
 
 from mcpvisor.frontend.gate.store_writer import StoreWriter
+from mcpvisor.store import audit_chain
 from mcpvisor.store.state_db import STORE_ERRORS
-from mcpvisor.wire.redaction import redact_secrets
+from mcpvisor.wire.redaction import redacted_json
 
 log = logging.getLogger(__name__)
 
 Outcome = Literal["ok", "error", "blocked"]
-Kind = Literal["tool", "resource", "prompt", "account"]
+# "approval": an operator's verdict on a waiting call (tool: the call's tool, variant: allow, deny or
+# timeout, request_id: the waiting call's id). "operator": a command that changed something (tool:
+# the command, server: its target, client: "ctl" or "frontend").
+Kind = Literal["tool", "resource", "prompt", "account", "approval", "operator"]
 
 META_KEY: Final = "io.mcpvisor/requestId"
 PRUNE_EVERY: Final = 60.0  # seconds between retention passes
@@ -104,14 +109,9 @@ def trace_context(meta: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[
     return parent, found.get("tracestate", "")[:TRACESTATE_LIMIT]
 
 
-def _stored(value: Any) -> str | None:
+def stored_text(value: Any) -> str | None:
     """Arguments or a result as redacted JSON text (arguments may still be raw JSON bytes here)."""
-    try:
-        data = value if isinstance(value, bytes) else msgspec.json.encode(value)
-    except (TypeError, msgspec.EncodeError):
-        return None
-    # Redact a wider window than is kept, so no secret cut at the limit survives as a fragment.
-    return redact_secrets(data[: 2 * STORED_TEXT_LIMIT].decode(errors="replace"))[:STORED_TEXT_LIMIT]
+    return redacted_json(value, STORED_TEXT_LIMIT)
 
 
 class ActivityLog:
@@ -128,9 +128,16 @@ class ActivityLog:
     ) -> None:
         self._db = db
         self._writer = writer or StoreWriter(db)
+        # Why the last row could not be written (None: it was): with `audit_required`, the gate
+        # refuses calls while it is set, and the row of each refused call tries again.
+        self.failing: str | None = None
         self.record_arguments = record_arguments
         self.retention_days = retention_days
         self.max_rows = max_rows
+        # Rows waiting for the shared store's writer thread, appended to the chain together.
+        self._queued: list[tuple[Any, ...]] = []
+        self._queued_lock = threading.Lock()
+        self._flush_pending = False
 
     def record_account(self, worker: str, event: Mapping[str, Any]) -> None:
         """A worker's upstream account was connected (`login`) or disconnected (`logout`): never a token."""
@@ -148,6 +155,20 @@ class ActivityLog:
             request_id=new_request_id(),
             kind="account",
             tenant=tenant,
+        )
+
+    def record_operator(self, command: str, target: str, by: str) -> None:
+        """An operator's command changed what runs or what clients may use (never its arguments' values)."""
+        self.record(
+            server=target,
+            tool=command,
+            variant=by,
+            intent=None,
+            outcome="ok",
+            duration=0.0,
+            request_id=new_request_id(),
+            client=by,
+            kind="operator",
         )
 
     def record(
@@ -168,8 +189,14 @@ class ActivityLog:
         result: bytes | None = None,
         trace: tuple[str, str] = ("", ""),
         tenant: str = "",
+        decision: str = "",
+        policies: Sequence[str] = (),
     ) -> None:
-        """Log one call (`duration` in seconds); a failing disk is logged, never fails the call."""
+        """Log one call (`duration` in seconds); a failing disk is logged, never fails the call.
+
+        `decision` is what the policies decided ("allow", "deny", "approval"; "would deny" and "would
+        wait for approval" in dry-run), `policies` the ids of those that decided it (kept as a JSON list).
+        """
         keep = self.record_arguments
         row = (
             request_id,
@@ -185,23 +212,35 @@ class ActivityLog:
             outcome,
             round(duration * 1000, 3),
             result_bytes,
-            _stored(arguments) if keep and arguments is not None else None,
-            _stored(result) if keep and result is not None else None,
+            stored_text(arguments) if keep and arguments is not None else None,
+            stored_text(result) if keep and result is not None else None,
             *trace,
+            decision,
+            json.dumps(list(policies), ensure_ascii=False) if policies else "",
         )
-
-        def write() -> None:
-            self._db.execute(
-                "INSERT INTO calls (request_id, time, client, tenant, endpoint, kind, server, tool, variant, intent,"
-                " outcome, duration_ms, result_bytes, arguments, result, traceparent, tracestate)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
-
+        with self._queued_lock:
+            self._queued.append(row)
+            if self._flush_pending:
+                return  # the flush already queued takes this row too
+            self._flush_pending = True
         try:
-            self._writer.submit(write, f"a call to {server}:{tool}")
+            self._writer.submit(self._flush, f"a call to {server}:{tool}", self._written)
         except STORE_ERRORS as exc:
             log.error("activity log: cannot record a call to %s:%s: %s", server, tool, exc)
+            self._written(exc)
+        else:
+            if not self._writer.deferred:
+                self._written(None)
+
+    def _written(self, failure: BaseException | None) -> None:
+        self.failing = None if failure is None else (str(failure) or type(failure).__name__)
+
+    def _flush(self) -> None:
+        """Append the queued rows to the chain (now on SQLite; in the writer's thread on the shared store)."""
+        with self._queued_lock:
+            rows, self._queued = self._queued, []
+            self._flush_pending = False
+        audit_chain.append(self._db, rows)
 
     def recent(self, limit: int = 100) -> list[CallRecord]:
         """The last `limit` calls, newest first."""
@@ -226,15 +265,11 @@ class ActivityLog:
         """Drop rows older than the retention and the oldest beyond `max_rows`; how many went."""
         cutoff = (time.time() if now is None else now) - self.retention_days * 86400
         try:
-            aged = self._db.execute("DELETE FROM calls WHERE time < ?", (cutoff,)).rowcount
-            over = self._db.execute(
-                "DELETE FROM calls WHERE id <= (SELECT id FROM calls ORDER BY id DESC LIMIT 1 OFFSET ?)",
-                (self.max_rows,),
-            ).rowcount
+            # The oldest rows only, the last one's hash kept: the chain still verifies.
+            return audit_chain.prune(self._db, cutoff, self.max_rows)
         except STORE_ERRORS as exc:
             log.error("activity log: cannot prune: %s", exc)
             return 0
-        return aged + over
 
     async def serve_pruning(self, interval: float = PRUNE_EVERY) -> None:
         """Keep the log within its retention, now and every `interval` seconds."""

@@ -17,6 +17,7 @@ import msgspec
 
 from mcpvisor.frontend.gate.security_rules import RISK_ORDER, Catalog, Hit, Risk, Rule, ToolContext, run_rules
 from mcpvisor.frontend.gate.security_text import Normalized, Text, redact_secrets, visible
+from mcpvisor.wire.operator import Finding
 
 # Noisy-OR weights: one high finding is enough for high risk, one medium for medium; several low
 # findings only add up to medium when four different rules agree.
@@ -28,17 +29,6 @@ HIGH_SCORE = 0.75
 ANALYZED_LIMIT = 20000
 
 APPROVE_CTL = "mcpvisor ctl approve {server}"
-
-
-class Finding(msgspec.Struct, frozen=True, kw_only=True):
-    """One suspicious pattern found in a tool definition."""
-
-    kind: str
-    rule: str
-    severity: Risk
-    evidence: str
-    location: str = "description"
-    detail: str = ""
 
 
 class ToolReport(msgspec.Struct, frozen=True, kw_only=True):

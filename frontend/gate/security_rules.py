@@ -16,12 +16,11 @@ import re
 import unicodedata
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from mcpvisor.frontend.gate.security_text import CONFUSABLE_CHARS, Mode, Text, visible, wordset
+from mcpvisor.wire.operator import Risk
 from mcpvisor.wire.redaction import secret_spans
-
-Risk = Literal["low", "medium", "high"]
 
 RISK_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2}
 LONG_DESCRIPTION = 1500

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import msgspec
 
@@ -29,11 +28,10 @@ from mcpvisor.frontend.tool_args import (
     json_result,
     json_type,
 )
-from mcpvisor.store.proposals import DIRECT_FIELDS, describe_references, redact_url, secret_references
-from mcpvisor.wire.config import SERVER_NAME, ServerConfig
+from mcpvisor.store.proposals import describe_references, secret_references
+from mcpvisor.wire.config import CLIENT_FIELDS, DIRECT_FIELDS, ServerConfig, server_name_problem
 from mcpvisor.wire.merge import deep_merge
-from mcpvisor.wire.redaction import redact_secrets
-from mcpvisor.wire.secrets import redact_table
+from mcpvisor.wire.redaction import redact_secrets, redact_table, redact_url
 
 UPSTREAM_TOOL_NAME: Final = "upstream_servers"
 OPERATIONS: Final = (
@@ -52,22 +50,9 @@ OPERATIONS: Final = (
 DEFAULT_LINES: Final = 50
 MAX_LINES: Final = 1000
 
-# Server table fields a client may set, and the JSON type each takes. `quarantined` is not among
-# them: leaving quarantine is an operator's approval, not a config edit.
-_FIELDS: Final[dict[str, type]] = {
-    "command": str,
-    "args": list,
-    "env": dict,
-    "cwd": str,
-    "url": str,
-    "transport": str,
-    "headers": dict,
-    "enabled": bool,
-    "policy": dict,
-}
 # Fields that also come as JSON text (`args_json`, ...), for clients that cannot send nested values.
 _JSON_FIELDS: Final = ("args", "env", "headers", "policy")
-_TABLE_PARAMETERS: Final = (*_FIELDS, *(f"{field}_json" for field in _JSON_FIELDS))
+_TABLE_PARAMETERS: Final = (*CLIENT_FIELDS, *(f"{field}_json" for field in _JSON_FIELDS))
 _ALLOWED: Final[dict[str, tuple[str, ...]]] = {
     "list": (),
     "add": _TABLE_PARAMETERS,
@@ -226,10 +211,10 @@ class UpstreamServers:
                     entry["args"] = [redact_secrets(arg) for arg in config.args]
                     if config.cwd is not None:
                         entry["cwd"] = config.cwd
-                    entry["env"] = _redacted(config.env)
+                    entry["env"] = redact_table(config.env)
                 else:
                     entry["url"] = redact_url(config.url or "")
-                    entry["headers"] = _redacted(config.headers)
+                    entry["headers"] = redact_table(config.headers)
             servers.append(entry)
         return servers
 
@@ -249,11 +234,8 @@ class UpstreamServers:
 
     async def propose_add(self, name: str, table: Mapping[str, Any]) -> dict[str, Any]:
         """Propose a new server with this table: checked here, kept by the supervisor, run only once approved."""
-        if not SERVER_NAME.match(name) or name == "frontend":
-            raise ToolInputError(
-                f"Invalid server name '{name}': use letters, digits, '_', '-' or '.' (no ':' or '/'), "
-                "at most 63 characters"
-            )
+        if (problem := server_name_problem(name)) is not None:
+            raise ToolInputError(f"Invalid server name '{name}': {problem}")
         if name in self.upstreams.servers:
             raise ToolInputError(f"Server '{name}' already exists; change it with operation 'patch'")
         _refuse_references(name, table)
@@ -359,7 +341,7 @@ def _log_lines(streams: Any) -> dict[str, list[str]]:
 def _table_fields(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The server table fields given (an explicit null kept: it removes the field in a patch)."""
     table: dict[str, Any] = {}
-    for field, kind in _FIELDS.items():
+    for field, kind in CLIENT_FIELDS.items():
         json_key = f"{field}_json"
         if field in arguments and json_key in arguments:
             raise ToolInputError(f"Give '{field}' or '{json_key}', not both")
@@ -379,11 +361,6 @@ def _table_fields(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return table
 
 
-def _redacted(table: Mapping[str, str]) -> dict[str, str]:
-    """Env or header values for a listing: secret-named ones masked, secret-looking parts of the rest too."""
-    return {key: redact_secrets(value) for key, value in redact_table(table).items()}
-
-
 def _refuse_references(name: str, table: Mapping[str, Any]) -> None:
     """A secret reference is the operator's to write: from a client it would read any file or variable."""
     if where := secret_references(table):
@@ -396,27 +373,5 @@ def _check_table(name: str, table: Mapping[str, Any]) -> None:
         config = msgspec.convert(dict(table), ServerConfig)
     except msgspec.ValidationError as exc:
         raise ToolInputError(f"Invalid settings for server '{name}': {exc}") from None
-    if (config.command is None) == (config.url is None):
-        raise ToolInputError(f"Server '{name}' needs exactly one of 'command' (stdio) or 'url' (HTTP)")
-    if config.url is not None and (problem := _url_problem(config.url)) is not None:
-        raise ToolInputError(f"Server '{name}': 'url' {problem}")
-    if config.command is not None and config.transport not in ("auto", "stdio"):
-        raise ToolInputError(f"Server '{name}' has a command, so its transport is stdio")
-    if config.url is not None and config.transport == "stdio":
-        raise ToolInputError(f"Server '{name}' has a url, so its transport cannot be stdio")
-
-
-def _url_problem(url: str) -> str | None:
-    """What makes `url` unusable as an upstream's address, or None; never repeats the URL (it may hold a secret)."""
-    if not url.startswith(("http://", "https://")):
-        return "must start with http:// or https://"
-    if any(char.isspace() or not char.isprintable() for char in url):
-        return "must not contain spaces or control characters (percent-encode them)"
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError:
-        return "is not a valid URL: its host or port cannot be read (a port is a number up to 65535)"
-    if not parts.hostname:
-        return "has no host: give one, as in https://example.com/mcp"
-    return None
+    if (problem := config.problem(quote="'")) is not None:
+        raise ToolInputError(f"Server '{name}': {problem}")

@@ -74,6 +74,7 @@ class CommandSpec:
     exit_code: Callable[[Any], int]
     ctl: bool  # offered by `mcpvisor ctl` (some exist only for the frontend)
     options: Mapping[str, str] = field(default_factory=dict)  # flag -> argument field
+    operator_only: bool = False  # refused when the frontend sends it (what a client's tool could reach)
 
     @property
     def help(self) -> str:
@@ -142,6 +143,7 @@ def command(
     render: Callable[[Any], str] = _default_render,
     exit_code: Callable[[Any], int] = lambda _result: EXIT_OK,
     ctl: bool = True,
+    operator_only: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Register a control command taking `args` (ctl words: fields in order, `options` by flag)."""
 
@@ -152,7 +154,9 @@ def command(
         for target in (options or {}).values():
             if target not in fields:
                 raise ValueError(f"command {name!r}: option for unknown argument {target!r}")
-        REGISTRY[name] = CommandSpec(name, handler, args, usage, render, exit_code, ctl, dict(options or {}))
+        REGISTRY[name] = CommandSpec(
+            name, handler, args, usage, render, exit_code, ctl, dict(options or {}), operator_only
+        )
         return handler
 
     return register
@@ -241,8 +245,11 @@ def load_all() -> dict[str, CommandSpec]:
     """Import every command module (each registers itself) and return the registry."""
     from mcpvisor.supervisor.commands import (  # noqa: F401
         activity,
+        allow,
         approve,
         block,
+        calls,
+        deny,
         disable,
         enable,
         inspect,

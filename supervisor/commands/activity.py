@@ -6,6 +6,7 @@ a shared store (`state_url`) the log is every replica's, read from PostgreSQL.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import time
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import msgspec
 import trio
 
+from mcpvisor.store import audit_chain
 from mcpvisor.store.state_db import STATE_FILE
 from mcpvisor.store.state_url import StateStoreError
 from mcpvisor.supervisor.commands import EXIT_USAGE, Args, CommandError, command
@@ -26,26 +28,7 @@ if TYPE_CHECKING:
 MAX_ROWS: Final = 10_000
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_COLUMNS: Final = (
-    "id",
-    "request_id",
-    "time",
-    "client",
-    "tenant",
-    "endpoint",
-    "kind",
-    "server",
-    "tool",
-    "variant",
-    "intent",
-    "outcome",
-    "duration_ms",
-    "result_bytes",
-    "arguments",
-    "result",
-    "traceparent",
-    "tracestate",
-)
+_COLUMNS: Final = ("id", *audit_chain.HASHED)  # every column but the chain's own
 
 
 class ActivityArgs(Args):
@@ -109,10 +92,21 @@ def render_row(row: dict[str, Any]) -> str:
     when = datetime.fromtimestamp(row["time"], UTC).strftime("%Y-%m-%d %H:%M:%S")
     what = f"{row['server']}:{row['tool']}"
     client = row["client"] or "-"
-    return (
+    line = (
         f"{when} {row['request_id'][:12]:<12} {row['outcome']:<7} {row['duration_ms']:>9.1f}ms"
         f" {row['result_bytes']:>8}B {row['endpoint'] or '-':<14} {row['variant']:<16} {client:<16} {what}"
     )
+    if row.get("decision"):  # what the policies decided, and which ones
+        line += f"  [{row['decision']}: {', '.join(_policies(row.get('policies')))}]"
+    return line
+
+
+def _policies(text: Any) -> list[str]:
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else []
+    except json.JSONDecodeError:
+        return [str(text)]
+    return [str(item) for item in value] if isinstance(value, list) else [str(value)]
 
 
 def render(result: dict[str, Any]) -> str:

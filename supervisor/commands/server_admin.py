@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
-from mcpvisor.supervisor.commands.server_propose import redacted
-from mcpvisor.wire.config import SERVER_NAME
+from mcpvisor.supervisor.commands.server_propose import check_name, redacted
 from mcpvisor.wire.merge import deep_merge
 
 if TYPE_CHECKING:
@@ -35,19 +34,10 @@ class RemoveArgs(Args):
     name: str
 
 
-def _check_name(name: str) -> None:
-    if not SERVER_NAME.match(name) or name == "frontend":
-        raise CommandError(
-            f"invalid server name {name[:80]!r}: letters, digits, '_', '-', '.', at most 63 characters, "
-            "starting with a letter or digit",
-            EXIT_USAGE,
-        )
-
-
 @command("server.add", args=AddArgs, ctl=False)
 async def server_add(sup: Supervisor, args: AddArgs) -> dict[str, Any]:
     """Add a server as an operator (data: {name, config}); written to the config file and started."""
-    _check_name(args.name)
+    check_name(args.name)
     if args.name in sup.config.servers:
         raise CommandError(f"server {args.name!r} already exists (change it with an update)")
     server = configstore.server_from_table(args.name, args.config, source=f"server {args.name!r}")

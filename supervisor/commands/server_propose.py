@@ -16,26 +16,20 @@ import msgspec
 import trio
 
 from mcpvisor.store.proposals import (
-    DIRECT_FIELDS,
-    RUN_FIELDS,
     Proposal,
     ProposalAction,
     describe_references,
     new_proposal,
-    redact_url,
     secret_references,
 )
 from mcpvisor.supervisor import configstore
 from mcpvisor.supervisor.commands import EXIT_UNKNOWN, EXIT_USAGE, Args, CommandError, command
-from mcpvisor.wire.config import SERVER_NAME, ServerConfig
+from mcpvisor.wire.config import CLIENT_FIELDS, DIRECT_FIELDS, ServerConfig, server_name_problem
 from mcpvisor.wire.merge import deep_merge
-from mcpvisor.wire.secrets import redact_table
+from mcpvisor.wire.redaction import redact_table, redact_url
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
-
-# The fields of a server table a client may give; `quarantined` is the operator's alone.
-CLIENT_FIELDS = RUN_FIELDS | DIRECT_FIELDS
 
 
 def redacted(table: dict[str, Any]) -> dict[str, Any]:
@@ -79,16 +73,15 @@ def refuse_when_off(sup: Supervisor) -> None:
         )
 
 
-def _check_name(name: str) -> None:
-    if not SERVER_NAME.match(name) or name == "frontend":
-        raise CommandError(
-            f"invalid server name {name[:80]!r}: letters, digits, '_', '-', '.', at most 63 characters", EXIT_USAGE
-        )
+def check_name(name: str) -> None:
+    """Refuse (CommandError) a name no server may have, as the config loader would."""
+    if (problem := server_name_problem(name)) is not None:
+        raise CommandError(f"invalid server name {name[:80]!r}: {problem}", EXIT_USAGE)
 
 
 def _check_client_table(name: str, table: dict[str, Any]) -> None:
     """Refuse fields a client may not set and secret references, whatever the frontend checked."""
-    unknown = sorted(set(table) - CLIENT_FIELDS)
+    unknown = sorted(set(table) - CLIENT_FIELDS.keys())
     if unknown:
         raise CommandError(f"server {name!r}: a client may not set {', '.join(map(repr, unknown[:5]))}", EXIT_USAGE)
     if where := secret_references(table):
@@ -112,7 +105,7 @@ async def server_propose(sup: Supervisor, args: ProposeArgs) -> dict[str, Any]:
     """
     refuse_when_off(sup)
     name, action = args.name, args.action
-    _check_name(name)
+    check_name(name)
     source = f"proposed server {name!r}"
     current = sup.config.servers.get(name)
     if args.tenant:
@@ -270,9 +263,6 @@ def _result(proposal: Proposal, current: ServerConfig) -> ServerConfig | None:
     return configstore.server_from_table(proposal.name, merged, source=f"proposed patch of {proposal.name!r}")
 
 
-_SHOWN_FIELDS = ("command", "args", "cwd", "url", "transport", "env", "headers", "enabled", "policy")
-
-
 def inspection(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
     """What the operator needs to decide: the exact command line or URL, env and header names, the diff."""
     current = sup.config.servers.get(proposal.name)
@@ -311,7 +301,7 @@ def inspection(sup: Supervisor, proposal: Proposal) -> dict[str, Any]:
     if proposal.action != "add" and current is not None:
         before_table = configstore.server_table(current)
         after_table = configstore.server_table(after) if after is not None else {}
-        for field in _SHOWN_FIELDS:
+        for field in CLIENT_FIELDS:
             before_value, after_value = before_table.get(field), after_table.get(field)
             if before_value != after_value or (after is None and before_value is not None):
                 result["changes"].append(

@@ -162,5 +162,6 @@ async def test_arguments_are_stored_redacted_when_asked_and_old_rows_are_pruned(
         code, result = await stack.actl("restart", "frontend")
         assert code == 0, result
         await stack.wait_ready(["echo"])
-        kept = rows(stack)
+        # (The restart itself is an operator's change, which the new frontend may record after pruning.)
+        kept = [row for row in rows(stack) if row["kind"] != "operator"]
         assert [row["id"] for row in kept] == [row["id"] for row in stored[-3:]]

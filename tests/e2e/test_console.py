@@ -275,3 +275,50 @@ async def test_with_tenants_the_console_takes_an_admin_token_only(tmp_path: Path
             assert page.url == f"{stack.base_url}/ui/login"
 
         await trio.to_thread.run_sync(in_browser(scenario))
+
+
+async def test_the_calls_page_allows_and_denies_waiting_calls(tmp_path: Path) -> None:
+    """A policy holds destructive calls: the Calls page lists them live, Allow runs one, Deny refuses one."""
+    (tmp_path / "policies.cedar").write_text(
+        '@id("baseline")\npermit(principal, action, resource);\n'
+        '@id("destructive-waits")\n@approval("operator")\n'
+        'permit(principal, action == Action::"call", resource is Tool) when { resource.destructive };\n'
+    )
+    tables = {"policy": {"files": ["policies.cedar"], "approval_timeout": 120}}
+    async with open_stack(tmp_path, {"echo": echo_server()}, tables=tables) as stack:
+        results: dict[str, Any] = {}
+        paths = {name: tmp_path / name for name in ("allowed", "denied")}
+
+        async def touch(name: str) -> None:
+            async with stack.client("/mcp/direct") as client:
+                results[name] = await client.call_tool("echo:touch", {"path": str(paths[name])})
+
+        def decide(page: Any) -> None:
+            page.goto(f"{stack.base_url}/ui/#/calls")
+            rows = page.locator("#calls tr[data-call]")
+            rows.nth(1).wait_for()  # both calls listed, without a reload
+            assert page.locator("#calls-count").inner_text() == "2"
+            ids = [rows.nth(n).get_attribute("data-call") for n in range(2)]  # oldest first
+            first, second = (page.locator(f'#calls tr[data-call="{call_id}"]') for call_id in ids)
+            assert "echo:touch" in first.inner_text() and "destructive-waits" in first.inner_text()
+            first.locator('[data-action="allow"]').click()
+            page.locator(".toast", has_text=": allowed").wait_for()
+            second.locator('input[aria-label="reason"]').fill("not from the console")
+            second.locator('[data-action="deny"]').click()
+            page.locator(".toast", has_text=": denied").wait_for()
+            page.locator("#calls td.empty").wait_for()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(touch, "allowed")
+            with trio.fail_after(30):
+                while len((await trio.to_thread.run_sync(stack.control, "calls")).result) < 1:
+                    await trio.sleep(0.2)
+            nursery.start_soon(touch, "denied")
+            with trio.fail_after(30):
+                while len((await trio.to_thread.run_sync(stack.control, "calls")).result) < 2:
+                    await trio.sleep(0.2)
+            await trio.to_thread.run_sync(in_browser(decide))
+        assert not results["allowed"].is_error and paths["allowed"].exists()
+        assert results["denied"].is_error and not paths["denied"].exists()
+        assert "an operator denied it" in results["denied"].content[0].text
+        assert results["denied"].content[0].text.endswith(": not from the console.")

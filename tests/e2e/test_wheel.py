@@ -25,12 +25,13 @@ import tomli_w
 
 from tests.support.stack import REPO, Stack, free_port, stop_stack, wait_stack
 
+# The top-level folders pyproject.toml maps into the `mcpvisor` namespace, by package name.
 PACKAGE_DIRS = {
-    "wire": "wire",
-    "supervisor": "supervisor",
-    "workers": "workers",
-    "frontend": "frontend",
-    "client": "client",
+    package.removeprefix("mcpvisor."): folder
+    for package, folder in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ].items()
+    if "/" not in folder
 }
 
 

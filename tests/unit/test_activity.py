@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 import pytest
 
+from mcpvisor.frontend.gate import activity as activity_module
 from mcpvisor.frontend.gate.activity import META_KEY, ActivityLog, trace_context, with_request_id
+from mcpvisor.store import audit_chain
 from mcpvisor.store.state_db import open_state_db
 
 
@@ -43,10 +47,29 @@ def test_pruning_keeps_the_newest_rows_within_age_and_count() -> None:
     log = ActivityLog(db, retention_days=1, max_rows=3)
     for n in range(5):
         record(log, f"t{n}")
-    db.execute("UPDATE calls SET time = time - 2 * 86400 WHERE tool = 't4'")  # the newest row, but too old
-    assert log.prune() == 2  # t4 by age, then t0 by count
-    assert [r.tool for r in reversed(log.recent(10))] == ["t1", "t2", "t3"]
+    assert log.prune() == 2  # t0 and t1 by count
+    assert [r.tool for r in reversed(log.recent(10))] == ["t2", "t3", "t4"]
+    db.execute("UPDATE calls SET time = time - 2 * 86400 WHERE tool = 't2'")
+    assert log.prune() == 1  # t2 by age
     assert log.prune() == 0
+    assert audit_chain.verify(db).intact
+
+
+def test_pruning_by_age_deletes_only_the_oldest_rows_so_the_chain_still_verifies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A row stamped earlier than an older one (another replica's clock) waits for the rows before it."""
+    db = open_state_db("")
+    log = ActivityLog(db, retention_days=1, max_rows=100)
+    now = time.time()
+    for n in range(5):
+        stamp = now - 2 * 86400 if n in (0, 3) else now
+        monkeypatch.setattr(activity_module.time, "time", lambda stamp=stamp: stamp)
+        record(log, f"t{n}")
+    monkeypatch.undo()
+    assert log.prune() == 1  # t0; t3 is older than its time says it may be, but t1 and t2 are not
+    assert [r.tool for r in reversed(log.recent(10))] == ["t1", "t2", "t3", "t4"]
+    assert audit_chain.verify(db).intact
 
 
 def test_arguments_and_results_are_kept_only_when_asked_and_then_redacted() -> None:

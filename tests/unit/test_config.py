@@ -200,23 +200,23 @@ def test_frontend_is_a_reserved_server_name() -> None:
 )
 def test_a_server_needs_exactly_one_of_command_and_url(body: str) -> None:
     message = refused(f"[servers.s]\n{body}")
-    assert "mcpvisor.toml:1: server 's' needs exactly one of `command` (stdio) or `url`" in message
+    assert "mcpvisor.toml:1: server 's': needs exactly one of `command` (stdio) or `url` (HTTP)" in message
 
 
 @pytest.mark.parametrize("url", ["ftp://example.com/mcp", "example.com/mcp", "file:///tmp/sock"])
 def test_a_url_must_be_http_or_https(url: str) -> None:
-    assert "url must start with http:// or https://" in refused(f'[servers.s]\nurl = "{url}"\n')
+    assert "server 's': `url` must start with http:// or https://" in refused(f'[servers.s]\nurl = "{url}"\n')
 
 
 @pytest.mark.parametrize("transport", ["sse", "streamable-http"])
 def test_a_command_server_cannot_use_an_http_transport(transport: str) -> None:
     message = refused(f'[servers.s]\ncommand = "x"\ntransport = "{transport}"\n')
-    assert "server 's' has a command, so its transport is stdio" in message
+    assert "server 's': has a command, so its transport is stdio" in message
 
 
 def test_a_url_server_cannot_use_stdio() -> None:
     message = refused('[servers.s]\nurl = "https://example.com/mcp"\ntransport = "stdio"\n')
-    assert "server 's' has a url, so its transport cannot be stdio" in message
+    assert "server 's': has a url, so its transport cannot be stdio" in message
 
 
 @pytest.mark.parametrize("table", ["env", "headers"])
@@ -449,7 +449,7 @@ def test_server_from_table_refuses_unknown_keys_naming_the_server() -> None:
     [
         (["gh-mcp"], "server 'gh' must be a table"),
         ({"command": "x", "cwd": None}, "server 'gh'.*leave the key out"),
-        ({}, "server 'gh' needs exactly one of"),
+        ({}, "server 'gh': needs exactly one of"),
         ({"command": 7}, r"`servers\.gh\.command`: Expected `str \| null`, got `int`"),
     ],
     ids=["not-a-table", "null", "empty", "wrong-type"],

@@ -78,7 +78,7 @@ def test_the_schema_file_is_current() -> None:
 def test_the_page_lists_every_key_with_its_default() -> None:
     page = PAGE.read_text()
     for table in config_reference.tables():
-        assert f"## [{table.path}]" in page
+        assert f"## {table.heading}" in page
         for key in table.keys:
             row = next((line for line in page.splitlines() if line.startswith(f"| `{key.name}` |")), None)
             assert row is not None, f"[{table.path}] {key.name} is not in the page"
@@ -88,6 +88,8 @@ def test_the_page_lists_every_key_with_its_default() -> None:
     assert "| `issuer` | string | required |" in page
     # A key that takes `true` or a table (`sandbox`) is listed as a key and its table as a section.
     assert "| `sandbox` | boolean or table |" in page and "## [servers.NAME.sandbox]" in page
+    # An array of tables is listed as a key of its table and as a section of its own.
+    assert "| `limits` | array of table |" in page and "## [[policy.limits]]" in page
 
 
 def test_mcpvisor_config_schema_prints_the_schema() -> None:

@@ -80,7 +80,7 @@ async def test_failures_are_service_errors_that_name_no_secret(monkeypatch: pyte
         service = EmbeddingService(SearchConfig(embedding_url=in_url))
         with pytest.raises(ServiceError, match="answered HTTP 404") as failed:
             await service.embed_query("a")
-        assert "pw-in-url-5521" not in str(failed.value) + service.url and "<redacted>" in service.url
+        assert "pw-in-url-5521" not in str(failed.value) + service.url and "user:***@" in service.url
         await service.aclose()
         service.close()
     unreachable = EmbeddingService(SearchConfig(embedding_url=f"http://127.0.0.1:{free_port()}/v1/embeddings"))

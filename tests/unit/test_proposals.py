@@ -17,7 +17,7 @@ import pytest
 import tomli_w
 import trio
 
-from mcpvisor.store.proposals import FILE_NAME, ProposalStore, new_proposal, redact_url, secret_references
+from mcpvisor.store.proposals import FILE_NAME, ProposalStore, new_proposal, secret_references
 from mcpvisor.supervisor.commands import CommandError
 from mcpvisor.supervisor.config import load
 from mcpvisor.supervisor.supervisor import Supervisor
@@ -38,12 +38,6 @@ def test_secret_references_are_found_anywhere_and_named_by_path_not_value() -> N
     assert found == ["args[1]", "env.T", "env.<key>", "headers.X", "url"]
     assert not any("shadow" in path or "TOKEN" in path for path in found)
     assert secret_references({"command": "sh", "env": {"A": "$HOME", "B": "{env:X}"}}) == []
-
-
-def test_url_credentials_and_secret_query_values_are_redacted() -> None:
-    assert redact_url("https://user:pw@host.example/mcp") == "https://***@host.example/mcp"
-    assert "abc123secret" not in redact_url("https://host.example/mcp?api_key=abc123secret&x=1")
-    assert redact_url("http://127.0.0.1:9/mcp") == "http://127.0.0.1:9/mcp"
 
 
 def test_the_store_keeps_one_proposal_per_name_privately_across_loads(tmp_path: Path) -> None:
@@ -147,7 +141,7 @@ def test_proposals_are_kept_not_applied_and_a_no_op_is_not_kept(tmp_path: Path) 
     run(sup, "server.propose", {"name": "new", "action": "add", "config": {"url": "https://u:pw@h.example/mcp"}})
     listed = run(sup, "server.proposals", {})["proposals"]
     assert [(row["name"], row["action"], row["transport"], row["url"]) for row in listed] == [
-        ("new", "add", "streamable-http", "https://***@h.example/mcp")
+        ("new", "add", "streamable-http", "https://u:***@h.example/mcp")
     ]
     assert sup.config_path.read_text() == config_before
     assert "alpha" in sup.config.servers and "new" not in sup.config.servers

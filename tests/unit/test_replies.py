@@ -7,10 +7,10 @@ import pytest
 import trio
 import zmq
 
+from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.wire import codec
 from mcpvisor.wire.inbox import serve_messages
 from mcpvisor.wire.messages import Command, ControlMessage, Reply
-from mcpvisor.wire.replies import PendingReplies
 from mcpvisor.wire.zsocket import ZSocket
 
 

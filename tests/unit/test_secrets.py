@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.wire.secrets import (
-    REDACTED,
-    Redactor,
-    SecretError,
-    redact_table,
-    redact_value,
-    resolve,
-    resolve_all,
-)
+from mcpvisor.wire.redaction import redact_table, redact_value
+from mcpvisor.wire.secrets import REDACTED, Redactor, SecretError, resolve, resolve_all
 
 ENV = {"TOKEN": "tok-3f9a2b7c", "USER": "svc-bot"}
 

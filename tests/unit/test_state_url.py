@@ -7,28 +7,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from mcpvisor.store.state_url import StateStoreError, check_url, redact_url, resolve_url
+from mcpvisor.store.state_url import StateStoreError, check_url, resolve_url
 from mcpvisor.supervisor.config import loads
 from mcpvisor.wire.config import ConfigError
-
-
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        ("postgresql://app:s3cret@db:5432/mcpvisor", "postgresql://app:***@db:5432/mcpvisor"),
-        ("postgresql://app:${env:PG_PASSWORD}@db/mcpvisor", "postgresql://app:***@db/mcpvisor"),
-        ("postgresql://app:${file:/run/secrets/pg}@db/mcpvisor", "postgresql://app:***@db/mcpvisor"),
-        ("postgres://app:p@ss:w/rd@db/x?sslmode=require", "postgres://app:***@db/x?sslmode=require"),
-        ("postgresql://app@db/mcpvisor", "postgresql://app@db/mcpvisor"),
-        ("postgresql://app@db/x?password=s3cret&sslmode=require", "postgresql://app@db/x?password=***&sslmode=require"),
-        ("postgresql://db/x?sslmode=require&PassWord=p@ss", "postgresql://db/x?sslmode=require&PassWord=***"),
-        ("postgresql://db/x?sslpassword=${env:KEY_PW}", "postgresql://db/x?sslpassword=***"),
-        ("postgresql://db/mcpvisor", "postgresql://db/mcpvisor"),
-        ("not a url at all", "***"),
-    ],
-)
-def test_a_shown_url_never_holds_its_password(url: str, shown: str) -> None:
-    assert redact_url(url) == shown
 
 
 def test_a_referenced_password_is_resolved_and_percent_encoded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -50,7 +31,7 @@ def test_a_reference_that_cannot_be_resolved_names_itself_not_a_value(monkeypatc
     monkeypatch.delenv("PG_NOT_SET", raising=False)
     with pytest.raises(StateStoreError) as caught:
         resolve_url("postgresql://app:${env:PG_NOT_SET}@db/mcpvisor")
-    assert "PG_NOT_SET" in str(caught.value) and "postgresql://app:***@db/mcpvisor" in str(caught.value)
+    assert "PG_NOT_SET" in str(caught.value) and "postgresql://app:${env:PG_NOT_SET}@db/mcpvisor" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -542,6 +542,54 @@ function renderAccounts(view) {
   timers.push(setInterval(load, POLL_MS * 5));
 }
 
+// -- calls waiting for an operator's approval (@approval("operator") policies) -------------------
+
+function waited(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  return s >= 60 ? Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s" : s + "s";
+}
+
+function renderCalls(view) {
+  const tbody = h("tbody", { id: "calls" });
+  view.append(h("h1", {}, "Calls"),
+    h("div", { class: "subtitle" }, "Calls a policy holds until an operator allows or denies them; the client waits meanwhile. Arguments are redacted as the activity log redacts them."),
+    h("div", { class: "panel" }, h("table", {}, h("thead", {}, h("tr", {},
+      h("th", {}, "Id"), h("th", {}, "Tenant"), h("th", {}, "Tool"), h("th", {}, "Arguments"),
+      h("th", {}, "Waiting"), h("th", {}, "Left"), h("th", {}, "Policies"), h("th", {}))), tbody)));
+  async function load() {
+    let data;
+    try { data = await api("GET", "/calls"); setLive(true, "live"); } catch (e) { setLive(false, e.message); return; }
+    const now = Date.now() / 1000;
+    if (!data.calls.length) { tbody.replaceChildren(h("tr", {}, h("td", { colspan: 8, class: "empty" }, "No calls are waiting."))); return; }
+    tbody.replaceChildren(...data.calls.map((call) => {
+      const reason = h("input", { type: "text", placeholder: "reason (told to the client)", maxlength: 1000, "aria-label": "reason" });
+      const decide = (verdict) => async () => {
+        const body = verdict === "deny" ? { reason: reason.value } : undefined;
+        await act("POST", `/calls/${encodeURIComponent(call.id)}/${verdict}`, body, call.id + ": " + (verdict === "allow" ? "allowed" : "denied"));
+        load();
+      };
+      return h("tr", { dataset: { call: call.id } },
+        h("td", { class: "mono" }, call.id), h("td", {}, call.tenant), h("td", { class: "mono" }, call.tool),
+        h("td", { class: "mono wrap" }, call.arguments), h("td", {}, waited(now - call.since)),
+        h("td", {}, waited(call.expires - now)), h("td", { class: "mono" }, call.policies.join(", ")),
+        h("td", { class: "actions" }, reason,
+          h("button", { dataset: { action: "allow" }, onclick: decide("allow") }, "Allow"),
+          h("button", { class: "danger", dataset: { action: "deny" }, onclick: decide("deny") }, "Deny")));
+    }));
+  }
+  load();
+  timers.push(setInterval(load, POLL_MS));
+}
+
+async function refreshCalls() {
+  try {
+    const data = await api("GET", "/calls");
+    const el = document.getElementById("calls-count");
+    el.textContent = String(data.calls.length);
+    el.hidden = data.calls.length === 0;
+  } catch (e) { /* shown by the live indicator */ }
+}
+
 // -- routing -------------------------------------------------------------------------------------
 
 function route() {
@@ -554,6 +602,7 @@ function route() {
   document.querySelectorAll("[data-nav]").forEach((a) => a.classList.toggle("active", a.dataset.nav === section));
   if (section === "servers" && parts[1]) renderServer(view, parts[1]);
   else if (section === "approvals") renderApprovals(view, parts[1] || null);
+  else if (section === "calls") renderCalls(view);
   else if (section === "activity") renderActivity(view);
   else if (section === "accounts") renderAccounts(view);
   else renderDashboard(view);
@@ -575,6 +624,8 @@ async function start() {
   route();
   refreshPending();
   setInterval(refreshPending, POLL_MS * 5);
+  refreshCalls();
+  setInterval(refreshCalls, POLL_MS * 2);
 }
 
 document.addEventListener("DOMContentLoaded", start);
