@@ -310,9 +310,12 @@ class McpEndpoint:
                 if self._running.get(key) is cancel:
                     del self._running[key]
         if cancel.cancelled_caught:
-            # The client cancelled it (handshake era): the stream ends with the answer for that.
+            # The client cancelled it (handshake era): the stream ends with the answer for that. It
+            # is a stream even if nothing was streamed yet, as the SDK's server answers: a client
+            # that gave up may be closing meanwhile, and clients drop a late event, not a late body.
             error = RpcError(rpc.REQUEST_CANCELLED, "Request cancelled")
             message, code = rpc.error_message(call.id, error), error.code
+            await answer.start()
         if call.opens_session and code is not None and call.session is not None:
             await self.end(call.session)
         await answer.finish(message, code)
