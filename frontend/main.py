@@ -24,7 +24,6 @@ from mcpvisor.frontend.endpoints.app import Gateway
 from mcpvisor.frontend.endpoints.auth import Authenticator
 from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.console import Console, OperatorDoor
-from mcpvisor.frontend.endpoints.http1 import coalesce_response_writes
 from mcpvisor.frontend.endpoints.http_server import Http1Server
 from mcpvisor.frontend.endpoints.leaving import Leaving
 from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMetadata, resource_metadata_url
@@ -214,7 +213,6 @@ async def run(
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
     config.include_server_header = False  # the same answers on both of http_server.py's paths
-    coalesce_response_writes()
     try:
         async with trio.open_nursery() as nursery:
             services = nursery
