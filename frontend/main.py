@@ -25,7 +25,6 @@ from mcpvisor.frontend.endpoints.app import Gateway
 from mcpvisor.frontend.endpoints.auth import Authenticator
 from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.console import Console, OperatorDoor
-from mcpvisor.frontend.endpoints.http1 import coalesce_response_writes
 from mcpvisor.frontend.endpoints.http_server import Http1Server
 from mcpvisor.frontend.endpoints.leaving import Leaving
 from mcpvisor.frontend.endpoints.oauth_resource import JwtAuthority, ResourceMetadata, resource_metadata_url
@@ -130,19 +129,21 @@ async def run(
         lambda worker: catalog_changed(worker),
         on_notification=lambda worker, method, payload: stacks.upstream_notified(worker, method, payload),
     )
+    activity = ActivityLog(
+        db,
+        record_arguments=settings.activity_record_arguments,
+        retention_days=settings.activity_retention_days,
+        max_rows=settings.activity_max_rows,
+        writer=writer,
+    )
+    audit_required = settings.audit_required if settings.audit_required is not None else bool(spec.tenants)
     shared = Shared(
         settings=settings,
         servers=spec.servers,
         tenants=spec.tenants,
         router=router,
-        gate=Gate(ToolApprovals(db, writer), calls_gate),
-        activity=ActivityLog(
-            db,
-            record_arguments=settings.activity_record_arguments,
-            retention_days=settings.activity_retention_days,
-            max_rows=settings.activity_max_rows,
-            writer=writer,
-        ),
+        gate=Gate(ToolApprovals(db, writer), calls_gate, audit=activity if audit_required else None),
+        activity=activity,
         metrics=metrics,
         control=control_client,
         host=host,
@@ -230,7 +231,6 @@ async def run(
     config.errorlog = logging.getLogger("hypercorn.error")
     config.keep_alive_timeout = 75
     config.include_server_header = False  # the same answers on both of http_server.py's paths
-    coalesce_response_writes()
     try:
         async with trio.open_nursery() as nursery:
             services = nursery

@@ -2,9 +2,9 @@
 
 A request's span (SERVER, named by the MCP conventions: `tools/call echo:echo`) has the client's
 span as its parent: the one in `params._meta`, else the HTTP `traceparent` header, else none (the
-request starts a trace). A road that serves requests opens it with `serving`: the SDK's server in
-`RequestSpans`, a middleware. A request a short path answers has it opened by the door, which then
-finds none current.
+request starts a trace). The engine opens it with `serving` for each request it serves
+(frontend/endpoints/handlers.py); a call the door makes with no request being served (none today
+but a test's) has it opened by the door.
 
 The door's part (`Door`) is that same span when the request is the call itself (a tool of
 /mcp/direct, of a server's own endpoint, a resource read), and a child span when a built-in tool
@@ -24,8 +24,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.shared.exceptions import MCPError
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
@@ -132,7 +130,9 @@ def _close(tel: telemetry.Telemetry, serving: _Serving, error_type: str | None) 
         tel.server_duration.record(time.perf_counter() - serving.started, metric)
 
 
-def _tool_error(result: Any) -> bool:
+def _tool_error(method: str, result: Any) -> bool:
+    if isinstance(result, bytes):
+        return mcp_spans.tool_error(method, result)
     if isinstance(result, Mapping):
         return result.get("isError") is True
     return getattr(result, "is_error", None) is True
@@ -187,7 +187,7 @@ class Served:
 
     def result(self, result: Any) -> None:
         """The request was answered with `result` (a tool's `isError: true` is a failure too)."""
-        if self.serving.method == "tools/call" and _tool_error(result):
+        if self.serving.method == "tools/call" and _tool_error("tools/call", result):
             self.error_type = _error_type(self.serving.span) or "tool_error"
             if self.error_type == "tool_error":
                 mcp_spans.set_tool_error(self.serving.span)
@@ -198,7 +198,7 @@ def serving(
     method: str, params: Mapping[str, Any] | None, headers: Mapping[str, Any] | None, **attributes: Any
 ) -> Iterator[Served | None]:
     """The span of one MCP request the frontend serves, current while it is served: for any road
-    (the SDK's server through `RequestSpans`, or an engine of the frontend's own). None while off.
+    (the engine, frontend/endpoints/handlers.py). None while off.
 
     `headers` are the HTTP request's trace headers (the parent when `params._meta` names none);
     `attributes` the conventions' that the road knows (`mcp.protocol.version`, `mcp.session.id`,
@@ -223,34 +223,6 @@ def serving(
     finally:
         _serving.reset(token)
         _close(tel, opened, served.error_type)
-
-
-class RequestSpans:
-    """Server middleware: the span of each request the SDK's server serves, current while it runs."""
-
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        if telemetry.active is None:
-            return await call_next(ctx)
-        extra: dict[str, Any] = {"mcp.protocol.version": ctx.protocol_version}
-        if ctx.request_id is not None:
-            extra["jsonrpc.request.id"] = str(ctx.request_id)
-        request = ctx.request
-        headers = getattr(request, "headers", None)
-        if headers is not None and (session := headers.get("mcp-session-id")):
-            extra["mcp.session.id"] = session[:128]
-        path = getattr(getattr(request, "url", None), "path", None)
-        if isinstance(path, str):
-            extra["mcpvisor.endpoint"] = path
-        with serving(ctx.method, ctx.params, _headers_of(request), **extra) as served:
-            if served is None:  # telemetry stopped meanwhile: the process is on its way out
-                return await call_next(ctx)
-            try:
-                result = await call_next(ctx)
-            except MCPError as exc:
-                served.error(exc.error.code, exc.error.message)
-                raise
-            served.result(result)
-            return result
 
 
 class Door:

@@ -2,8 +2,8 @@
 
 A tenant's clients reach a stack of their own: its door (`Upstreams`) over the tenant's catalog
 (which only the tenant's workers `tenant/server` report into) and the tenant's servers table, its
-own connections, subscriptions and list_changed fan-out, its own response cache, input rounds,
-search index, page caches and MCP session managers. Nothing a client of one tenant can name (a
+own sessions, subscriptions and list_changed fan-out, its own response cache, input rounds,
+search index and page caches. Nothing a client of one tenant can name (a
 tool, a URI, a cursor, a session id, a cache key, a request state) exists in another tenant's
 stack, so no path needs its own check. What the stacks share is below the door: the router and
 its socket, the gate's pins (keyed by server name, approved by the operator for every tenant),
@@ -19,7 +19,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,13 @@ from mcpvisor.frontend.door.search import ToolIndex
 from mcpvisor.frontend.door.service_ranking import ServiceRanking
 from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.app import FrontendApp
-from mcpvisor.frontend.endpoints.clients import Clients, connection_of
-from mcpvisor.frontend.endpoints.direct import build_direct_server
-from mcpvisor.frontend.endpoints.search_first import build_search_server
+from mcpvisor.frontend.endpoints.direct import direct_table
+from mcpvisor.frontend.endpoints.engine import Engine, Security
+from mcpvisor.frontend.endpoints.notices import Notices
+from mcpvisor.frontend.endpoints.request_state import StateSeal
+from mcpvisor.frontend.endpoints.search_first import search_table
+from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
+from mcpvisor.frontend.endpoints.serving import McpEndpoint
 from mcpvisor.frontend.gate.activity import ActivityLog
 from mcpvisor.frontend.tools.builtins import Builtins
 from mcpvisor.frontend.tools.code_execution import Confinement
@@ -55,6 +58,7 @@ log = logging.getLogger(__name__)
 START_WAIT = 45.0
 IDLE_CHECK = 5.0  # seconds between checks for an idle tenant
 ELICITATION_COMPLETE = "notifications/elicitation/complete"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 SETTLE_CHECK = 0.5  # seconds between looks at a tenant's starting workers
 
 
@@ -149,7 +153,6 @@ class Stack:
             tenant=tenant,
             logins=shared.logins,
         )
-        self.clients = Clients(self.upstreams)
         self.builtins = Builtins(
             self.upstreams,
             TenantControl(shared.control, tenant) if tenant else shared.control,  # type: ignore[arg-type]
@@ -159,11 +162,26 @@ class Stack:
             search=shared.search,
             confinement=shared.script_confinement,
         )
-        endpoints = {"/mcp": build_search_server(self.builtins)}
+        # Each endpoint is a table of handlers over the door, served by the engine in both eras.
+        security = Security.loopback() if shared.host in LOOPBACK_HOSTS else Security()
+        seal = StateSeal(ROUND_TTL)
+        quiet = Notices(self.upstreams, announce=lambda: False)  # /mcp lists mcpvisor's own tools only
+        tables = {"/mcp": (search_table(self.upstreams, self.builtins, seal), quiet)}
         if settings.enable_direct_endpoint:
-            endpoints["/mcp/direct"] = build_direct_server(self.upstreams, self.clients, self.builtins)
-        self.endpoints = sorted(endpoints)
-        self.app = FrontendApp(self.upstreams, endpoints, shared.host, settings.max_body_bytes, metrics=shared.metrics)
+            notices = Notices(self.upstreams)
+            tables["/mcp/direct"] = (direct_table(self.upstreams, notices, self.builtins, seal), notices)
+        self.engines = {
+            path: McpEndpoint(
+                table,
+                Engine(table.methods, security=security, input_schema=table.input_schema),
+                notices,
+                tenant=tenant,
+            )
+            for path, (table, notices) in tables.items()
+        }
+        self.endpoints = sorted(self.engines)
+        servers = ServerEndpoints(self.upstreams, self.builtins, security=security, seal=seal, tenant=tenant)
+        self.app = FrontendApp(self.engines, servers)
         self.started = trio.Event()
         self.last_used = time.monotonic()
         self.in_flight = 0  # requests of this tenant being served
@@ -176,12 +194,8 @@ class Stack:
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with AsyncExitStack() as stack:
-                # The session managers' task groups are entered before the nursery opens, so they
-                # close after it: trio requires task groups to nest.
-                await self.app.run(stack)
-                async with trio.open_nursery() as nursery:
-                    await self._serve(nursery, task_status)
+            async with trio.open_nursery() as nursery:
+                await self._serve(nursery, task_status)
         finally:
             with trio.CancelScope(shield=True):
                 await self.builtins.aclose()
@@ -193,10 +207,11 @@ class Stack:
 
     async def _serve(self, nursery: trio.Nursery, task_status: trio.TaskStatus[None]) -> None:
         self._nursery = nursery
-        nursery.start_soon(self.clients.serve_notifications)
         await nursery.start(self.upstreams.rounds.serve)
         await nursery.start(self.upstreams.serve_index)
         await nursery.start(self.app.servers.serve)
+        for engine in self.engines.values():
+            await nursery.start(engine.serve)
         if self.shared.on_demand:
             nursery.start_soon(self._serve_idle_stop)
         if self.builtins.code_execution is not None:
@@ -213,17 +228,19 @@ class Stack:
         view = self.upstreams.catalog.servers.get(server)
         if view is not None and view.ready and self._nursery is not None:
             # The tenant's login to it completed: the clients asked to open its link hear so.
-            for ctx, elicitation in self.upstreams.elicitations.pop(server, []):
-                if (connection := connection_of(ctx)) is not None:
-                    self._nursery.start_soon(connection.notify, ELICITATION_COMPLETE, {"elicitationId": elicitation})
+            for requester, elicitation in self.upstreams.elicitations.pop(server, []):
+                self._nursery.start_soon(requester.tell, ELICITATION_COMPLETE, {"elicitationId": elicitation})
         self.upstreams.reindex(server)
-        self.clients.changed()
+        for engine in self.engines.values():
+            engine.notices.changed()
         self.app.servers.changed(server)
         self._catalog_moved.set()
 
     async def upstream_notified(self, server: str, method: str, payload: bytes) -> None:
-        await self.clients.on_upstream_notification(server, method, payload)
-        await self.app.servers.on_upstream_notification(server, method, payload)
+        for engine in self.engines.values():
+            engine.notices.upstream_notification(server, method, payload)
+        self.app.servers.upstream_notification(server, method, payload)
+        await trio.lowlevel.checkpoint()
 
     def config_changed(self) -> None:
         if self.shared.on_demand:
@@ -231,7 +248,8 @@ class Stack:
             self._pool_running = False
         self.upstreams.apply_config(self.shared.servers_of(self.tenant))
         self.upstreams.reindex()
-        self.clients.changed()
+        for engine in self.engines.values():
+            engine.notices.changed()
 
     # -- workers on use --------------------------------------------------------------------------
 

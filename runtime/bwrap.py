@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+from mcpvisor.runtime import seccomp
+
 HOME = "/home/sandbox"  # the sandbox's home, whatever host directory backs it
 SETPRIV = "/usr/bin/setpriv"  # util-linux: drops to the sandbox's uid inside, as root only
 
@@ -38,6 +40,10 @@ FIX_USERNS = (
     "allow unprivileged user namespaces (on Ubuntu 24.04: an AppArmor profile for bwrap, or "
     "sysctl kernel.apparmor_restrict_unprivileged_userns=0; in a container: see docs/sandbox.md)"
 )
+FIX_DISABLE_USERNS = (
+    "bwrap 0.8 or later is needed, with /proc/sys/user writable inside its user namespace"
+    " (a container: an unmasked /proc, see docs/sandbox-deployment.md)"
+)
 FIX_MOUNT = "give the container what bwrap needs to mount (see docs/sandbox.md: seccomp profile, /proc)"
 
 # The system a program needs, read-only: the merged-/usr dirs and /etc. Anything else is left out.
@@ -45,11 +51,16 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", 
 
 
 class Bind(msgspec.Struct, frozen=True, kw_only=True):
-    """A host path shown inside the sandbox, read-only unless `writable`."""
+    """A host path shown inside the sandbox, read-only unless `writable`.
+
+    With `fd` (an O_PATH fd of the source, opened without following what a sandbox can write),
+    bwrap binds what the fd holds (`--bind-fd`), whatever has been renamed over `source` since.
+    """
 
     source: str
     dest: str = ""  # empty: the same path as on the host
     writable: bool = False
+    fd: int | None = None
 
     @property
     def target(self) -> str:
@@ -84,11 +95,20 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True):
     uid: int | None = None  # as root: the uid the command runs as (None: root's, not advised)
     gid: int | None = None
     hostname: str = "sandbox"
+    seccomp_fd: int | None = None  # the filter (runtime.seccomp), loaded just before the command runs
+    own_ipc: bool = True  # False: the IPC namespace it starts in is already its own (made with limits)
+    block_fd: int | None = None  # the command starts only once this fd has data (its network is up)
+    files: tuple[tuple[int, str], ...] = ()  # (fd, path): read-only files made from what the fd holds
+    disable_userns: bool = True  # as an ordinary user: --disable-userns (bwrap 0.8 and later)
 
 
 def _dirs_above(path: str) -> list[str]:
     parts = [part for part in path.split("/") if part]
     return ["/" + "/".join(parts[:depth]) for depth in range(1, len(parts))]
+
+
+def _depth(path: str) -> int:
+    return len([part for part in path.split("/") if part])
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -116,10 +136,11 @@ def bwrap_argv(
         raise ValueError("no command to run in the sandbox")
     argv = [bwrap]
     if not privileged:
-        argv.append("--unshare-user")
+        # The filter refuses new user namespaces too; this makes the kernel refuse them as well.
+        argv += ["--unshare-user", *(["--disable-userns"] if spec.disable_userns else [])]
     # --unshare-all without the user namespace, which as root would hand the sandbox a uid that is
     # root outside; --share-net's opposite is spelled out for the same reason.
-    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    argv += ["--unshare-pid", *(["--unshare-ipc"] if spec.own_ipc else []), "--unshare-uts", "--unshare-cgroup-try"]
     if not spec.network:
         argv.append("--unshare-net")
     argv += ["--hostname", spec.hostname, "--die-with-parent", "--new-session"]
@@ -155,9 +176,13 @@ def bwrap_argv(
     size = ["--size", str(spec.tmpfs_bytes)] if spec.tmpfs_bytes is not None else []
     argv += [*size, "--perms", "1777", "--tmpfs", "/dev/shm", *size, "--perms", "1777", "--tmpfs", "/tmp"]
     made.update(("/proc", "/dev", "/dev/shm", "/tmp"))
-    for bind in spec.binds:
+    # Parent first: a bind nested in another is mounted after it, or the outer one would cover it.
+    for bind in sorted(spec.binds, key=lambda each: _depth(each.target)):
         parents(bind.target)
-        argv += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]
+        if bind.fd is not None:
+            argv += ["--bind-fd" if bind.writable else "--ro-bind-fd", str(bind.fd), bind.target]
+        else:
+            argv += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.target]
         mounted.append(bind.target)
     for link in spec.links:
         parents(link.path)
@@ -185,6 +210,12 @@ def bwrap_argv(
                 else:
                     # Right at the top of a system dir (/etc/x.key): the file alone is all that can be covered.
                     argv += ["--ro-bind", "/dev/null", path]
+    for fd, path in spec.files:
+        argv += ["--perms", "0444", "--ro-bind-data", str(fd), path]
+    if spec.seccomp_fd is not None:
+        argv += ["--seccomp", str(spec.seccomp_fd)]
+    if spec.block_fd is not None:
+        argv += ["--block-fd", str(spec.block_fd)]
     if spec.cwd is not None:
         argv += ["--chdir", spec.cwd]
     elif spec.home is not None:
@@ -217,6 +248,22 @@ def system_binds(paths: Sequence[str] = SYSTEM_PATHS) -> tuple[Bind | Symlink, .
         elif os.path.isdir(path):
             found.append(Bind(source=path))
     return tuple(found)
+
+
+_features: dict[str, frozenset[str]] = {}
+
+
+def features(tool: str) -> frozenset[str]:
+    """The options of this bwrap that mcpvisor uses when present (`--bind-fd`: Debian's 0.8 has it)."""
+    if tool not in _features:
+        try:
+            done = subprocess.run([tool, "--help"], capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False)
+            text = done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired):
+            text = ""
+        wanted = ("--bind-fd", "--disable-userns", "--seccomp", "--block-fd", "--ro-bind-data")
+        _features[tool] = frozenset(option for option in wanted if f"{option} " in text)
+    return _features[tool]
 
 
 _CAP_SYS_ADMIN = 21
@@ -255,16 +302,31 @@ def probe() -> str | None:
     elif privileged and not mounts_as_root():
         problem = FIX_ROOT
     else:
-        spec = SandboxSpec(system=system_binds(), network=False, uid=65534 if privileged else None)
-        argv = bwrap_argv(spec, ["true"], privileged=privileged, bwrap=tool)
         try:
-            done = subprocess.run(
-                argv, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            problem = f"bwrap cannot run ({exc}): {FIX_INSTALL}"
+            filter_fd = seccomp.filter_fd()
+        except seccomp.SeccompError as exc:
+            problem = str(exc)
         else:
-            problem = None if done.returncode == 0 else _explain(done.stderr)
+            spec = SandboxSpec(
+                system=system_binds(), network=False, uid=65534 if privileged else None, seccomp_fd=filter_fd
+            )
+            argv = bwrap_argv(spec, ["true"], privileged=privileged, bwrap=tool)
+            try:
+                done = subprocess.run(
+                    argv,
+                    env={"PATH": "/usr/bin:/bin"},
+                    capture_output=True,
+                    text=True,
+                    timeout=PROBE_TIMEOUT,
+                    check=False,
+                    pass_fds=(filter_fd,),
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                problem = f"bwrap cannot run ({exc}): {FIX_INSTALL}"
+            else:
+                problem = None if done.returncode == 0 else _explain(done.stderr)
+            finally:
+                os.close(filter_fd)
     _probed[privileged] = problem
     return problem
 
@@ -272,6 +334,8 @@ def probe() -> str | None:
 def _explain(stderr: str) -> str:
     said = stderr.strip().splitlines()[-1][:200] if stderr.strip() else "no message"
     lowered = said.lower()
+    if "max_user_namespaces" in lowered:
+        return f"bwrap cannot keep the sandbox from making user namespaces ({said}): {FIX_DISABLE_USERNS}"
     if "namespace" in lowered or "uid map" in lowered or "setting up uid" in lowered:
         return f"bwrap cannot create namespaces here ({said}): {FIX_USERNS}"
     return f"bwrap cannot build a sandbox here ({said}): {FIX_MOUNT}"

@@ -24,7 +24,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mcpvisor.runtime import bwrap
+import msgspec
+
+from mcpvisor.runtime import bwrap, namespaces, seccomp
 from mcpvisor.wire.config import SandboxConfig, Settings
 
 MODULE = "mcpvisor.workers.sandbox"
@@ -54,12 +56,24 @@ class Decision:
     privileged: bool = False
     tool: str = "bwrap"
 
-    def argv(self, command: Sequence[str]) -> list[str]:
-        """The argv that starts `command` as this decision says (inside bwrap, or as it is)."""
+    def argv(self, command: Sequence[str], seccomp_fd: int | None = None) -> list[str]:
+        """The argv that starts `command` as this decision says (inside bwrap, or as it is).
+
+        `seccomp_fd` (see `launch`) is the filter bwrap loads before the command runs.
+        """
         if not self.confined:
             return list(command)
         assert self.spec is not None
-        return bwrap.bwrap_argv(self.spec, command, privileged=self.privileged, bwrap=self.tool)
+        spec = msgspec.structs.replace(self.spec, seccomp_fd=seccomp_fd) if seccomp_fd is not None else self.spec
+        return bwrap.bwrap_argv(spec, command, privileged=self.privileged, bwrap=self.tool)
+
+    def launch(self, command: Sequence[str]) -> tuple[list[str], tuple[int, ...]]:
+        """The argv, and the fds to pass to it (close them once it started): inside bwrap, the
+        sandbox's seccomp filter (runtime.seccomp), the one every upstream's sandbox has."""
+        if not self.confined:
+            return list(command), ()
+        fd = seccomp.filter_fd()
+        return self.argv(command, fd), (fd,)
 
     @property
     def warning(self) -> str | None:
@@ -124,14 +138,6 @@ def read_only_paths(python: str) -> list[str]:
     return chosen
 
 
-def _mapped_ids() -> list[tuple[int, int]]:
-    try:
-        with open("/proc/self/uid_map") as mapping:
-            return [(int(inner), int(count)) for inner, _outer, count in (line.split() for line in mapping)]
-    except (OSError, ValueError):
-        return [(0, 1 << 32)]
-
-
 def script_uid(mapped: Sequence[tuple[int, int]]) -> int:
     """The unprivileged uid scripts run as under a root mcpvisor (see UID_FLOOR)."""
     start, count = max(mapped, key=lambda ids: ids[1])
@@ -186,18 +192,30 @@ def _try(python: str, hidden: tuple[str, ...], required: bool) -> Decision:
         problem = "bwrap is not installed: install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap)"
         return Decision(confined=False, problem=problem, refused=required)
     privileged = os.geteuid() == 0
-    spec = spec_for(python, hidden, uid=script_uid(_mapped_ids()) if privileged else None)
+    spec = spec_for(python, hidden, uid=script_uid(namespaces.mapped_ids()) if privileged else None)
     decision = Decision(confined=True, spec=spec, privileged=privileged, tool=tool)
     if not os.access(python, os.X_OK):
         return decision  # nothing to learn about bwrap here: starting the process reports the error
-    probe = decision.argv([python, "-c", f"import {MODULE}"])
+    try:
+        probe, fds = decision.launch([python, "-c", f"import {MODULE}"])
+    except seccomp.SeccompError as exc:
+        return Decision(confined=False, problem=str(exc), refused=required)
     try:
         done = subprocess.run(
-            probe, env=environment(python), capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False
+            probe,
+            env=environment(python),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+            pass_fds=fds,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         problem = f"bwrap cannot run ({type(exc).__name__}): install bubblewrap"
         return Decision(confined=False, problem=problem, refused=required)
+    finally:
+        for fd in fds:
+            os.close(fd)
     if done.returncode == 0:
         return decision
     return Decision(confined=False, problem=explain(done.stderr), refused=required)

@@ -158,6 +158,14 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         decided_by TEXT NOT NULL DEFAULT ''
     );
     """,
+    """
+    -- The uid each worker's sandbox runs as under a root mcpvisor (store/sandbox_uids.py): made
+    -- here, under the migration lock, since replicas starting at once would both create it.
+    CREATE TABLE IF NOT EXISTS sandbox_uids (
+        worker TEXT PRIMARY KEY,
+        uid BIGINT NOT NULL UNIQUE
+    );
+    """,
 )
 
 

@@ -70,6 +70,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
+    if (problem := _sandbox_limits(config)) is not None:
+        print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
+        return 1
     data_dir = config_mod.data_dir(config, path.resolve())
     # Before anything binds a socket: a second `serve` of this config must not take the first's over.
     try:
@@ -132,6 +135,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"mcpvisor: config error: {exc}", file=sys.stderr)
         return 2
     problems = command_problems(config)
+    if (problem := _sandbox_limits(config)) is not None:
+        problems.append(problem)
     for line in problems:
         print(f"mcpvisor: {path}: {line}", file=sys.stderr)
     if problems:
@@ -173,6 +178,24 @@ def command_problems(config: config_mod.Config) -> list[str]:
         if (problem := command_problem(server.command, search_path, server.cwd)) is not None:
             problems.append(f"server {name}: {problem}")
     return problems
+
+
+def _sandbox_limits(config: config_mod.Config) -> str | None:
+    """Why the sandboxes cannot be what the config asks here (a tenant's without a writable cgroup, an
+    outbound network without pasta or /dev/net/tun), or None."""
+    from mcpvisor.runtime import network
+    from mcpvisor.runtime.cgroups import cgroup_problem
+
+    if (problem := cgroup_problem(config.mcpvisor, config.servers, config.tenants)) is not None:
+        return problem
+    for tenant, table in [("", None), *config.tenants.items()]:
+        for name in table.servers if table is not None else config.servers:
+            server = config.servers.get(name)
+            found = sandboxing.plan(name, config.mcpvisor, server, table, data_dir="/") if server else None
+            if found is not None and found.network == "outbound":
+                why = network.problem(privileged=bwrap.mounts_as_root())
+                return None if why is None else f"{f'{tenant}/' if tenant else ''}{name}: {why}"
+    return None
 
 
 def _code_execution_sandbox(path: Path, config: config_mod.Config) -> tuple[bool, str] | None:

@@ -18,12 +18,13 @@ import msgspec
 import trio
 import zmq
 
-from mcpvisor.runtime import lifetime, telemetry
+from mcpvisor.runtime import bwrap, lifetime, namespaces, telemetry
 from mcpvisor.runtime.forkserver import ForkServer
 from mcpvisor.runtime.logs import log_stem
 from mcpvisor.runtime.replies import PendingReplies
 from mcpvisor.store import oauth_store
 from mcpvisor.store.proposals import ProposalStore
+from mcpvisor.store.sandbox_uids import SandboxUids, open_local
 from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor import configstore, operator_changes
 from mcpvisor.supervisor.commands import EXIT_ERROR, EXIT_UNKNOWN, EXIT_USAGE, CommandError, load_all
@@ -262,6 +263,7 @@ class Supervisor:
         self.stopping = False  # once set, nothing starts again
         self.exit_code = 0  # what `mcpvisor serve` exits with
         self._frontend_was_up = False  # a frontend that cannot listen at start-up ends mcpvisor
+        self._sandbox_uids: SandboxUids | None = None
 
     # -- launching -------------------------------------------------------------------------------
 
@@ -307,17 +309,41 @@ class Supervisor:
         log_path = self.log_dir / f"{log_stem(worker)}.worker.log"
         return Launch([sys.executable, "-P", "-m", "mcpvisor.workers"], env, log_path)
 
-    def sandbox_plan(self, worker: str) -> SandboxPlan | None:
-        """The sandbox a worker's upstream runs in (None: none), from the config as it is now."""
+    def sandbox_plan(self, worker: str, *, for_start: bool = True) -> SandboxPlan | None:
+        """The sandbox a worker's upstream runs in (None: none), from the config as it is now.
+
+        As root, each worker id runs as a uid of its own, taken from the uid table on its first start.
+        """
         tenant = worker.rpartition("/")[0]
+        server = self.config.servers[server_of(worker)]
+        table = self.config.tenants.get(tenant) if tenant else None
+        uid = None
+        if for_start and sandboxing.wanted(self.config.mcpvisor, server, table) and bwrap.mounts_as_root():
+            uid = self.sandbox_uids().uid_for(worker)
+        elif self._sandbox_uids is not None:
+            uid = self._sandbox_uids.known.get(worker)  # shown by `ctl inspect`, never taken for it
         return sandboxing.plan(
             worker,
             self.config.mcpvisor,
-            self.config.servers[server_of(worker)],
-            self.config.tenants.get(tenant) if tenant else None,
+            server,
+            table,
             data_dir=str(self.data_dir.resolve()),
             hidden=hidden_paths(self.config, self.config_path, self.data_dir, self.run_dir),
+            writable=sandboxing.writable_places(self.config.mcpvisor, self.config.servers, self.config.tenants),
+            uid=uid,
         )
+
+    async def allocate_sandbox_uids(self, workers: list[str]) -> None:
+        """As root, take the uids of these workers now, in a thread: the shared store is a network call."""
+        if bwrap.mounts_as_root() and config_mod.needs_sandbox(self.config):
+            await trio.to_thread.run_sync(self.sandbox_uids().allocate, workers)
+
+    def sandbox_uids(self) -> SandboxUids:
+        """The uid table, in the state store (shared by replicas, or the data dir's SQLite)."""
+        if self._sandbox_uids is None:
+            db = self.shared.store if self.shared is not None else open_local(str(self.data_dir))
+            self._sandbox_uids = SandboxUids(db, namespaces.mapped_ids())
+        return self._sandbox_uids
 
     def _add_program(self, name: str, launch: Launch, policy: Policy, spawner: Spawner | None = None) -> Program:
         program = Program(name, launch, policy, self._state_changed, needs_report=True, spawner=spawner)
@@ -816,6 +842,7 @@ class Supervisor:
         active = {w.rpartition("/")[0] for w in running}
         await self._remove_programs([worker_name(w) for w in leaving])
         arriving = sorted(new_ids - (old_ids - set(leaving)))
+        await self.allocate_sandbox_uids(arriving)
         self._start_workers(arriving, running_before=running | {w for w in arriving if w.rpartition("/")[0] in active})
         frontend = self.programs.get(FRONTEND)
         if frontend is not None:
@@ -923,6 +950,7 @@ class Supervisor:
                 if self.shared is not None:
                     nursery.start_soon(self.shared.serve_watching, self.follow_shared, self.follow_proposals)
                 self._add_program(FRONTEND, self.frontend_launch(), frontend_policy(self.config)).start()
+                await self.allocate_sandbox_uids(desired_workers(self.config))
                 self._start_workers(desired_workers(self.config))
                 log.info(
                     "mcpvisor started: %d servers, listening on %s, control at %s",

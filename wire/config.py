@@ -194,13 +194,32 @@ class SandboxConfig(_Strict):
 
     `sandbox = true` is this table with its defaults. Set under [mcpvisor] for every server, under
     a server, or under a tenant (its limits and binds apply to each of its servers). Unset limits
-    take the defaults: 1024 MiB of memory and 256 processes.
+    take the defaults: 1024 MiB of memory and 256 processes; for a tenant's server also one core
+    of CPU, a 1024 MiB home and a network of its own.
     """
 
     enabled: Annotated[bool, msgspec.Meta(description="Run the server's process in a sandbox.")] = True
     network: Annotated[
+        bool | Literal["outbound", "host"] | None,
+        msgspec.Meta(
+            description='"outbound" (or true): a network of its own that reaches out but never the host, its'
+            ' loopback or link-local addresses; "host": the host\'s network, loopback included; false: loopback'
+            ' only. Default "outbound" for tenants\' servers, "host" for the others.'
+        ),
+    ] = None
+    private_networks: Annotated[
         bool | None,
-        msgspec.Meta(description="Let the process reach the network; false gives it loopback only. Default true."),
+        msgspec.Meta(
+            description="With an outbound network, reach the private ranges too (10/8, 172.16/12, 192.168/16,"
+            " 100.64/10, fc00::/7). Default false."
+        ),
+    ] = None
+    home_mb: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(
+            description="Size of the sandbox's home, in MiB; over it, writes fail (quota) or the process is stopped."
+            " Default 1024 for tenants' servers, unlimited for the others."
+        ),
     ] = None
     memory_mb: Annotated[
         Annotated[int, msgspec.Meta(ge=16)] | None,
@@ -227,8 +246,9 @@ class SandboxConfig(_Strict):
     limits: Annotated[
         Literal["auto", "cgroup", "watchdog"],
         msgspec.Meta(
-            description="How limits are enforced: a cgroup where one is writable, else a memory watchdog (auto); "
-            "`cgroup` refuses to start without one."
+            description="How limits are enforced: a cgroup where one is writable, else a watchdog (auto; for"
+            " tenants a missing cgroup is an error); `cgroup` refuses to start without one; `watchdog` opts into"
+            " the watchdog."
         ),
     ] = "auto"
 
@@ -579,6 +599,20 @@ class Settings(_Strict):
             " always run in one."
         ),
     ] = False
+    audit_required: Annotated[
+        bool | None,
+        msgspec.Meta(
+            description="Refuse a tenant's calls while the activity log cannot record them, instead of running them"
+            " unaudited. Default true when tenants are configured."
+        ),
+    ] = None
+    data_reserve_mb: Annotated[
+        Annotated[int, msgspec.Meta(ge=0)],
+        msgspec.Meta(
+            description="MiB the sandboxes' homes together always leave free on the volume of the state and logs;"
+            " a sandbox writing past it is stopped."
+        ),
+    ] = 64
     login_link_ttl: Annotated[
         float,
         msgspec.Meta(

@@ -1,7 +1,8 @@
 """Messages between mcpvisor's processes: one tagged union per channel.
 
-MCP payloads (params, results, catalogs) never live in these Structs: they travel as opaque JSON
-bytes in a frame of their own, so a process that only forwards them never decodes them.
+MCP payloads (params, results, catalogs) travel as opaque JSON bytes in a frame of their own, so a
+process that only forwards them never decodes them; the one kept inline is the upstream's
+`initialize` result in `Snapshot`, as bytes too (small, and sent only when the catalog changes).
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ class Snapshot(_Msg, tag="snap"):
 
 
 class Request(_Msg, tag="req"):
-    """Frontend -> worker: run an MCP request upstream; payload: the JSON params."""
+    """Frontend -> worker: run a request; payload: the JSON params.
+
+    An MCP method goes to the upstream; mcpvisor's own (a login's start, its redirect, a logout:
+    store/oauth_store.py LOGIN_METHODS) are the worker's.
+    """
 
     id: int
     method: str
@@ -86,7 +91,8 @@ class Failure(_Msg, tag="fail"):
 
 
 class Notify(_Msg, tag="notify"):
-    """Worker -> frontend: an upstream notification; payload: its JSON params.
+    """Worker -> frontend: an upstream notification, or the worker's own account event
+    (store/oauth_store.py ACCOUNT_EVENT, which no client sees); payload: its JSON params.
 
     `id` is the request it belongs to (progress, or a log line during a call), 0 for none.
     """

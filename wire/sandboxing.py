@@ -8,8 +8,7 @@ bubblewrap's arguments (workers/confine.py) once it knows the command's install 
 from __future__ import annotations
 
 import posixpath
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -17,25 +16,32 @@ from mcpvisor.wire.config import TENANT_NAME, SandboxConfig, ServerConfig, Setti
 
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_MAX_PROCESSES = 256
+TENANT_CPU = 1.0
+TENANT_HOME_MB = 1024
 TENANT_FIELD = "{tenant}"
-# Unprivileged uids for sandboxes when mcpvisor runs as root: one per worker id, far above the
-# uids a distribution hands out, so none owns a file on the host.
-UID_FLOOR = 1 << 30
-UID_SPAN = 1 << 30
+NETWORKS = ("outbound", "host", "none")
 
 
 class SandboxPlan(msgspec.Struct, frozen=True, kw_only=True):
     """What a worker's upstream process may reach and use, decided from the config."""
 
     home: str  # host dir of its private home
-    network: bool = True
+    network: str = "host"  # one of NETWORKS
+    private_networks: bool = False  # an outbound network reaches the private ranges too
     memory_mb: int = DEFAULT_MEMORY_MB
     max_processes: int = DEFAULT_MAX_PROCESSES
     cpu: float | None = None
+    home_mb: int | None = None
     ro: tuple[str, ...] = ()
     rw: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()  # host paths never shown, whatever a bind covers
-    limits: str = "auto"
+    # Where some sandbox (this one or another) can write: `{tenant}` is any tenant. Nothing there
+    # is followed when binds are resolved, nor may a bind be mounted inside one.
+    writable: tuple[str, ...] = ()
+    limits: str = "auto"  # auto: cgroup, else the watchdog; cgroup: required; watchdog: chosen
+    uid: int | None = None  # as root: the uid it runs as (store.sandbox_uids); None otherwise
+    data_dir: str = ""  # the volume of the state and logs, kept above `data_reserve_mb`
+    data_reserve_mb: int = 0
 
 
 def _layers(settings: Settings, server: ServerConfig, tenant: TenantConfig | None) -> list[SandboxConfig]:
@@ -87,12 +93,19 @@ def plan(
     *,
     data_dir: str,
     hidden: Sequence[str] = (),
+    writable: Sequence[str] = (),
+    uid: int | None = None,
 ) -> SandboxPlan | None:
-    """The sandbox of worker `worker_id` (`server` or `tenant/server`), or None when it runs without."""
+    """The sandbox of worker `worker_id` (`server` or `tenant/server`), or None when it runs without.
+
+    `writable` is every place any sandbox of the config may write (`writable_places`); `uid` the
+    one the uid table gave this worker id, when mcpvisor runs as root.
+    """
     if not wanted(settings, server, tenant):
         return None
     layers = _layers(settings, server, tenant)
     tenant_name = worker_id.rpartition("/")[0]
+    for_tenant = tenant is not None
 
     def last(field: str) -> object:
         values = [getattr(layer, field) for layer in layers if getattr(layer, field) is not None]
@@ -102,18 +115,46 @@ def plan(
     memory = last("memory_mb")
     processes = last("max_processes")
     cpu = last("cpu")
+    home_mb = last("home_mb")
     limits = [layer.limits for layer in layers if layer.limits != "auto"]
+    home = home_dir(data_dir, worker_id)
     return SandboxPlan(
-        home=home_dir(data_dir, worker_id),
-        network=True if network is None else bool(network),
+        home=home,
+        network=_network(network, for_tenant),
+        private_networks=bool(last("private_networks")),
         memory_mb=int(memory) if isinstance(memory, int) else DEFAULT_MEMORY_MB,
         max_processes=int(processes) if isinstance(processes, int) else DEFAULT_MAX_PROCESSES,
-        cpu=float(cpu) if isinstance(cpu, int | float) else None,
+        cpu=float(cpu) if isinstance(cpu, int | float) else (TENANT_CPU if for_tenant else None),
+        home_mb=int(home_mb) if isinstance(home_mb, int) else (TENANT_HOME_MB if for_tenant else None),
         ro=tuple(_expand((path for layer in layers for path in layer.ro), tenant_name)),
         rw=tuple(_expand((path for layer in layers for path in layer.rw), tenant_name)),
         hidden=tuple(dict.fromkeys(hidden)),
-        limits=limits[-1] if limits else "auto",
+        writable=tuple(dict.fromkeys([*writable, posixpath.join(data_dir, "sandboxes")])),
+        # A tenant's sandbox has its limits from the kernel, or the operator chose the watchdog.
+        limits=limits[-1] if limits else ("cgroup" if for_tenant else "auto"),
+        uid=uid,
+        data_dir=data_dir,
+        data_reserve_mb=settings.data_reserve_mb,
     )
+
+
+def _network(value: object, for_tenant: bool) -> str:
+    if value is None:
+        return "outbound" if for_tenant else "host"
+    if value is True or value == "outbound":
+        return "outbound"
+    return "host" if value == "host" else "none"
+
+
+def writable_places(
+    settings: Settings, servers: Mapping[str, ServerConfig], tenants: Mapping[str, TenantConfig]
+) -> list[str]:
+    """Every `rw` bind of every sandbox layer of the config, `{tenant}` left as it is (any tenant)."""
+    layers: list[object] = [settings.sandbox]
+    layers += [server.sandbox for server in servers.values()]
+    layers += [tenant.sandbox for tenant in tenants.values()]
+    found = [path for layer in layers if isinstance(layer, SandboxConfig) for path in layer.rw]
+    return list(dict.fromkeys(posixpath.normpath(path) for path in found))
 
 
 def refused_bind(path: str, plan: SandboxPlan) -> str | None:
@@ -128,38 +169,37 @@ def refused_bind(path: str, plan: SandboxPlan) -> str | None:
     return None
 
 
-def sandbox_uid(worker_id: str, mapped: Sequence[tuple[int, int]] = ((0, 1 << 32),)) -> int:
-    """The unprivileged uid (and gid) a worker's sandbox runs as when mcpvisor is root.
+_NETWORK_SHOWN = {
+    "outbound": "its own, outbound only (no host loopback, link-local or host addresses)",
+    "host": "the host's (loopback included)",
+    "none": "none (loopback only)",
+}
 
-    The same worker id always gets the same uid, so its home stays its own across restarts.
-    `mapped` is the (first id, count) ranges this process may switch to (its user namespace's
-    uid_map; the whole range outside any container).
+
+def describe(plan: SandboxPlan | None, refused: Sequence[str] = ()) -> dict[str, object]:
+    """What a sandbox allows, for `ctl inspect` and the console (Flatpak's --show-permissions).
+
+    `refused` are the binds that will not be mounted, each with its reason (see workers.confine).
     """
-    digest = zlib.crc32(worker_id.encode())
-    for start, count in sorted(mapped, key=lambda r: r[1], reverse=True):
-        low, high = max(start, UID_FLOOR), min(start + count, UID_FLOOR + UID_SPAN)
-        if high - low >= 1 << 16:
-            return low + digest % (high - low)
-    # A narrow map (a rootless container's 65536 ids): the top half of the widest range.
-    start, count = max(mapped, key=lambda r: r[1])
-    low = start + count // 2
-    return low + digest % max(count - count // 2 - 1, 1)
-
-
-def describe(plan: SandboxPlan | None) -> dict[str, object]:
-    """What a sandbox allows, for `ctl inspect` and the console (Flatpak's --show-permissions)."""
     if plan is None:
         return {"enabled": False}
+    network = _NETWORK_SHOWN[plan.network]
+    if plan.network == "outbound":
+        network += ", private ranges reachable" if plan.private_networks else ", private ranges unreachable"
     return {
         "enabled": True,
-        "network": "shared" if plan.network else "none (loopback only)",
+        "network": network,
         "home": plan.home,
         "read_only": ["the system (/usr, /etc ...)", "the command's install prefix", *plan.ro],
         "writable": ["its home", "a private /tmp", *plan.rw],
+        "refused": list(refused),
         "memory_mb": plan.memory_mb,
         "max_processes": plan.max_processes,
         "cpu": plan.cpu,
+        "home_mb": plan.home_mb,
         "limits": plan.limits,
+        "uid": plan.uid,
+        "seccomp": "Flatpak's filter plus io_uring, userfaultfd, kexec, bpf, modules; a session keyring of its own",
         "never": [
             "the data dir",
             "the config dir",

@@ -7,14 +7,23 @@ script it is given) and hands everything to runtime.bwrap, which builds the comm
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import socket
+import subprocess
+import tempfile
+import time
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from mcpvisor.runtime import bwrap
-from mcpvisor.wire.sandboxing import SandboxPlan, refused_bind, sandbox_uid
+import trio
+
+from mcpvisor.runtime import bwrap, lifetime, namespaces, network, pathfd, seccomp
+from mcpvisor.runtime import quota as home_quota
+from mcpvisor.wire.sandboxing import SandboxPlan, refused_bind
 
 # System dirs bound already: a prefix inside them needs no bind of its own.
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -25,13 +34,62 @@ class SandboxError(Exception):
     """A sandbox that is required cannot be built; the message names the fix."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Confined:
-    """The command as it starts: bwrap's argv, the environment bwrap hands on, the sandbox's uid."""
+    """The command as it starts: bwrap's argv, the environment bwrap hands on, the sandbox's uid,
+    the fds bwrap must inherit, and what the forked child does before it execs bwrap (`prepare`).
+
+    Start it with `pass_fds` and `prepare` (as `preexec_fn`/`before_exec`), then call `started`
+    (which closes what only the child needed); with an outbound network, `outbound` then starts
+    pasta and lets the sandbox's command run.
+    """
 
     argv: list[str]
     env: dict[str, str]
     uid: int | None
+    pass_fds: tuple[int, ...] = ()
+    prepare: Callable[[], None] = lambda: None
+    refused: list[str] = field(default_factory=list)
+    outbound: OutboundNetwork | None = None
+    error_fd: int | None = None  # why `prepare` failed in the child, if it did
+    channel: socket.socket | None = None  # the child sends its namespaces over it
+    privileged: bool = False
+    namespaces: namespaces.Namespaces | None = None
+    quota: bool = False  # the home's size is held by a project quota (runtime.quota)
+
+    def failure(self) -> str:
+        """What `prepare` wrote before it failed (after a spawn that raised), or ""."""
+        if self.error_fd is None:
+            return ""
+        os.set_blocking(self.error_fd, False)
+        try:
+            return os.read(self.error_fd, 4096).decode(errors="replace")
+        except BlockingIOError:
+            return ""
+
+    def started(self) -> None:
+        """After the spawn (or a failed one): close the fds the child inherited, and take the
+        namespaces it sent (a spawn that worked ran `prepare` to its end before exec)."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
+        if self.channel is not None and self.namespaces is None:
+            with contextlib.suppress(OSError):
+                self.namespaces = namespaces.receive_namespaces(self.channel, privileged=self.privileged)
+            self.channel.close()
+            self.channel = None
+
+    def close(self) -> None:
+        self.started()
+        if self.namespaces is not None:
+            self.namespaces.close()
+            self.namespaces = None
+        if self.error_fd is not None:
+            os.close(self.error_fd)
+            self.error_fd = None
+        if self.outbound is not None:
+            self.outbound.close()
 
 
 def _inside(path: str, parent: str) -> bool:
@@ -180,21 +238,21 @@ def _tree_of(path: str) -> str:
     return path
 
 
-def _uid_map() -> list[tuple[int, int]]:
-    try:
-        with open("/proc/self/uid_map") as mapping:
-            return [(int(inner), int(count)) for inner, _outer, count in (line.split() for line in mapping)]
-    except (OSError, ValueError):
-        return [(0, 1 << 32)]
-
-
-def prepare_home(home: str, uid: int | None) -> None:
-    """Create the sandbox's home (owned by its uid); its parents stay mcpvisor's own (0700).
+def prepare_home(home: str, uid: int | None, root: str = "") -> None:
+    """Create the sandbox's home (owned by its uid); its parents up to `root` (the data dir's
+    `sandboxes`) stay mcpvisor's own, 0700, whatever made them before.
 
     Mode 0711: bwrap enters it (--chdir) as root without capabilities, before the uid switch; no
     one else reaches it, its parents being closed.
     """
-    os.makedirs(os.path.dirname(home), mode=0o700, exist_ok=True)
+    parents = [os.path.dirname(home)]
+    while root and parents[-1] != root and _inside(parents[-1], root):
+        parents.append(os.path.dirname(parents[-1]))
+    os.makedirs(os.path.dirname(parents[-1]), mode=0o700, exist_ok=True)
+    for directory in reversed(parents):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+        os.chmod(directory, 0o700)
     os.makedirs(home, mode=0o711, exist_ok=True)
     if uid is not None and os.stat(home).st_uid != uid:
         # A home from before (or from a different uid) becomes this sandbox's, all of it.
@@ -261,6 +319,16 @@ def _shows_hidden_file(path: str, hidden_files: Sequence[str]) -> str | None:
     return None
 
 
+def _readable_pipe(data: bytes) -> int:
+    """A pipe's read end that holds `data` (bwrap copies it into a file of the sandbox)."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    finally:
+        os.close(write_end)
+    return read_end
+
+
 def confine(
     plan: SandboxPlan,
     worker_id: str,
@@ -268,48 +336,123 @@ def confine(
     args: Sequence[str],
     env: Mapping[str, str],
     cwd: str | None,
+    *,
+    before: Sequence[Callable[[], None]] = (),
 ) -> Confined:
-    """The command line that starts `executable` in the sandbox `plan` describes."""
+    """The command line that starts `executable` in the sandbox `plan` describes.
+
+    `before` runs in the child first (joining the sandbox's cgroups).
+    """
     tool = shutil.which("bwrap")
     if tool is None:
         raise SandboxError(f"the sandbox needs bwrap, which is not installed: {bwrap.FIX_INSTALL}")
     privileged = os.geteuid() == 0
-    uid = sandbox_uid(worker_id, _uid_map()) if privileged else None
-    binds: list[bwrap.Bind] = []
-    hidden_files = _hidden_files(plan.hidden)
+    uid = plan.uid if privileged else None
+    if privileged and uid is None:
+        raise SandboxError("no sandbox uid was allocated for this worker (the supervisor hands one out as root)")
+    features = bwrap.features(tool)
+    fds: list[int] = []
+    try:
+        return _confine(plan, executable, args, env, cwd, tool, privileged, uid, features, fds, before)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
-    def add(path: str, *, writable: bool, operator: bool, dest: str = "") -> None:
-        why = refused_bind(os.path.realpath(path), plan) or refused_bind(path, plan)
-        if dest and why is None:
-            why = refused_bind(dest, plan)
-        if why is None:
-            why = _shows_hidden_file(path, hidden_files)
-        if why is not None:
-            if operator:
-                raise SandboxError(f"sandbox bind refused: {why}")
-            return
-        if not os.path.exists(path):
-            if operator:
-                raise SandboxError(f"sandbox bind {path} does not exist on this host")
-            return
-        # Bound from where it leads and shown where it was given: the masks of hidden paths are
-        # matched against the source, and a symlink's own path would match none of them.
-        source, target = os.path.realpath(path), dest or path
-        binds.append(bwrap.Bind(source=source, dest=target if target != source else "", writable=writable))
+
+def _confine(
+    plan: SandboxPlan,
+    executable: str,
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    tool: str,
+    privileged: bool,
+    uid: int | None,
+    features: frozenset[str],
+    fds: list[int],
+    before: Sequence[Callable[[], None]],
+) -> Confined:
+    places = pathfd.compile_places([*plan.writable, *plan.rw, plan.home])
+    hidden_files = _hidden_files(plan.hidden)
+    wanted: list[tuple[str, str, bool, bool]] = []  # (path, dest, writable, the operator's)
+    refused: list[str] = []
 
     untrusted = writable_places(plan)
     for path in install_paths(executable, untrusted):
-        add(path, writable=False, operator=False)
+        wanted.append((path, "", False, False))
     for source, dest in argument_files(args, cwd, untrusted):
-        add(source, writable=False, operator=False, dest=dest)
-    for path in plan.ro:
-        add(path, writable=False, operator=True)
-    for path in plan.rw:
-        add(path, writable=True, operator=True)
-    if cwd is not None and not any(_inside(cwd, bind.target) for bind in binds):
-        add(cwd, writable=False, operator=True)
-    prepare_home(plan.home, uid)
+        wanted.append((source, dest, False, False))
+    wanted += [(path, "", False, True) for path in plan.ro]
+    wanted += [(path, "", True, True) for path in plan.rw]
+    if cwd is not None and not any(_inside(cwd, path) for path, *_ in wanted):
+        wanted.append((cwd, "", False, True))
+
+    def refuse(why: str, operator: bool) -> None:
+        if operator:
+            raise SandboxError(f"sandbox bind refused: {why}")
+
+    binds: list[bwrap.Bind] = []
+    # Parents first, so each bind is checked against the ones it would be mounted inside.
+    mounted: list[tuple[str, bool]] = [(bwrap.HOME, True)]
+    for path, dest, writable, operator in sorted(wanted, key=lambda want: (want[1] or want[0]).count("/")):
+        target = dest or path
+        why = refused_bind(path, plan) or (refused_bind(dest, plan) if dest else None)
+        why = why or pathfd.nesting_refused(target, mounted, places)
+        if why is None:
+            try:
+                fd, real = pathfd.open_path(path, places)
+            except pathfd.Refused as exc:
+                why = str(exc)
+            except OSError:
+                if operator:
+                    raise SandboxError(f"sandbox bind {path} does not exist on this host") from None
+                continue
+            else:
+                fds.append(fd)
+                why = refused_bind(real, plan) or _shows_hidden_file(real, hidden_files)
+        if why is not None:
+            refuse(why, operator)
+            refused.append(why)
+            continue
+        # Bound from where it leads and shown where it was given: the masks of hidden paths are
+        # matched against the source, and a symlink's own path would match none of them.
+        binds.append(
+            bwrap.Bind(
+                source=real,
+                dest=target if target != real else "",
+                writable=writable,
+                fd=fd if "--bind-fd" in features else None,
+            )
+        )
+        mounted.append((target, writable))
+    prepare_home(plan.home, uid, os.path.join(plan.data_dir, "sandboxes") if plan.data_dir else "")
+    quota = False
+    if plan.home_mb is not None and uid is not None:
+        try:
+            quota = home_quota.apply(plan.home, uid, plan.home_mb * 1024 * 1024)
+        except OSError as exc:
+            raise SandboxError(f"the home's project quota cannot be set ({exc.strerror or exc})") from None
     link = command_link(executable, binds)
+
+    filter_fd = seccomp.filter_fd()
+    fds.append(filter_fd)
+    outbound: OutboundNetwork | None = None
+    files: tuple[tuple[int, str], ...] = ()
+    block_fd = None
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    report_child = child_end.detach()
+    fds.append(report_child)
+    if plan.network == "outbound":
+        if (why := network.problem(privileged=privileged)) is not None:
+            parent_end.close()
+            raise SandboxError(why)
+        resolv = _readable_pipe(network.resolv_conf())
+        fds.append(resolv)
+        files = ((resolv, "/etc/resolv.conf"),)
+        block_fd, release = os.pipe()
+        fds.append(block_fd)
+        outbound = OutboundNetwork(release)
     spec = bwrap.SandboxSpec(
         system=bwrap.system_binds(),
         binds=tuple(binds),
@@ -317,10 +460,143 @@ def confine(
         home=plan.home,
         tmpfs_bytes=plan.memory_mb * 1024 * 1024,
         masks=masks(plan.hidden),
-        network=plan.network,
+        network=plan.network != "none",
         cwd=cwd,
         uid=uid,
         gid=uid,
+        seccomp_fd=filter_fd,
+        own_ipc=False,
+        block_fd=block_fd,
+        files=files,
+        disable_userns="--disable-userns" in features,
     )
     argv = bwrap.bwrap_argv(spec, [executable, *args], privileged=privileged, bwrap=tool)
-    return Confined(argv=argv, env=sandbox_env(env, executable), uid=uid)
+    error_read, error_write = os.pipe()
+    fds.append(error_write)
+    os.set_inheritable(error_read, False)
+    steps = list(before)
+    if privileged and uid is not None:
+        steps.append(_cap_processes(plan.max_processes))
+    child_plan = namespaces.Plan(
+        memory_bytes=plan.memory_mb * 1024 * 1024,
+        max_processes=plan.max_processes,
+        privileged=privileged,
+        outbound=plan.network == "outbound",
+        blocked=network.blocked(private=plan.private_networks, host=network.host_addresses())
+        if plan.network == "outbound"
+        else (),
+        report_fd=report_child,
+        error_fd=error_write,
+        before=steps,
+    )
+    return Confined(
+        argv=argv,
+        env=sandbox_env(env, executable),
+        uid=uid,
+        pass_fds=tuple(fds),
+        prepare=lambda: namespaces.prepare(child_plan),
+        refused=refused,
+        outbound=outbound,
+        error_fd=error_read,
+        channel=parent_end,
+        privileged=privileged,
+        quota=quota,
+    )
+
+
+def _cap_processes(limit: int) -> Callable[[], None]:
+    def cap() -> None:
+        # The sandbox's uid is its own: the kernel counts its processes apart from everyone's.
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+
+    return cap
+
+
+class OutboundNetwork:
+    """pasta for one sandbox: started once the sandbox's namespace exists, stopped with it.
+
+    `launch` spawns pasta from the calling thread: the kernel kills pasta when that thread's
+    process dies (PR_SET_PDEATHSIG follows the thread that forked), so call it from the thread
+    that outlives the sandbox (a worker's event loop), never a short-lived helper thread.
+    """
+
+    def __init__(self, release_fd: int) -> None:
+        self.release_fd: int | None = release_fd
+        self.process: subprocess.Popen[bytes] | None = None
+        self._errors: typing.IO[bytes] | None = None
+
+    def launch(self, found: namespaces.Namespaces | None) -> None:
+        """Join pasta to the sandbox's network namespace (sent by the child before it exec'd bwrap)."""
+        if found is None or found.net is None or found.net_owner is None:
+            raise SandboxError("the sandbox's network namespace did not come")
+        netns, userns = found.net, found.net_owner
+        parent = os.getpid()
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - pasta's stderr while it runs; closed by close()
+        try:
+            self.process = subprocess.Popen(
+                network.pasta_argv(network.pasta() or "pasta", netns, userns),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self._errors,
+                pass_fds=(netns, userns),
+                preexec_fn=lambda: lifetime.die_with_parent(parent),
+                start_new_session=True,
+                env={"PATH": os.defpath},
+            )
+        except OSError as exc:
+            raise SandboxError(f"pasta cannot start ({exc.strerror or exc}): {network.FIX_PASTA}") from None
+
+    def check(self, pid: int, waited: float, timeout: float = network.READY_TIMEOUT) -> bool:
+        """Whether the sandbox's network is up (then its command is let run); raises when it never will be."""
+        assert self.process is not None
+        if network.is_ready(pid):
+            assert self.release_fd is not None
+            os.write(self.release_fd, b"1")
+            os.close(self.release_fd)
+            self.release_fd = None
+            return True
+        if self.process.poll() is not None:
+            said = b""
+            if self._errors is not None:
+                self._errors.seek(0)
+                said = self._errors.read(65536)
+            lines = [line for line in said.decode(errors="replace").splitlines() if line.strip()]
+            lines = [line for line in lines if "syslog" not in line]
+            last = lines[-1] if lines else "no message"
+            raise SandboxError(f"pasta could not give the sandbox its network: {last}")
+        if waited > timeout:
+            raise SandboxError(f"pasta did not bring the sandbox's network up within {timeout:g} s")
+        return False
+
+    async def start(self, pid: int, found: namespaces.Namespaces | None) -> None:
+        """In a worker: launch pasta and wait (without blocking the loop) until the sandbox runs."""
+        self.launch(found)
+        started = time.monotonic()
+        # Nothing announces the namespace's route but the kernel's table: it is polled.
+        while not self.check(pid, time.monotonic() - started):  # noqa: ASYNC110
+            await trio.sleep(0.005)
+
+    def start_blocking(self, pid: int, found: namespaces.Namespaces | None) -> None:
+        """The same, for a caller without an event loop."""
+        self.launch(found)
+        started = time.monotonic()
+        while not self.check(pid, time.monotonic() - started):
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        """Stop pasta (the sandbox is gone or going) and drop what is left."""
+        if self.release_fd is not None:
+            os.close(self.release_fd)
+            self.release_fd = None
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._errors is not None:
+            self._errors.close()
+            self._errors = None

@@ -7,6 +7,7 @@ this worker put in the authorization URL it gave the operator.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
 from collections.abc import Callable
@@ -61,6 +62,11 @@ class LoginDesk:
         self._scope: trio.CancelScope | None = None
         self._done = trio.Event()
         self.error = ""  # why the last login failed
+        # How each recent login ended ("" when it succeeded), by its number: a caller reports its own
+        # login's end, not that of a newer one started meanwhile (which resets `error`).
+        self._runs = itertools.count(1)
+        self._run = 0
+        self._ended: dict[int, str] = {}
         # A tenant's login is bound to the browser that opened its link: the hash of that link's
         # cookie. An operator's (`ctl login`) has none.
         self.binding = ""
@@ -88,9 +94,10 @@ class LoginDesk:
             self._done = trio.Event()
             wait = link_ttl + LOGIN_AFTER_OPENING if binding else LOGIN_TIMEOUT
             self._scope = trio.CancelScope(deadline=trio.current_time() + wait)
+            self._run = next(self._runs)
             self.auth.begin_login()
-            nursery.start_soon(self._run, redirect_uri, self._scope, self._done)
-        done = self._done
+            nursery.start_soon(self._login, redirect_uri, self._scope, self._done, self._run)
+        done, run = self._done, self._run
         with trio.move_on_after(URL_TIMEOUT):
             async with trio.open_nursery() as race:
 
@@ -106,11 +113,12 @@ class LoginDesk:
                 race.start_soon(finished)
         if self.auth.authorization_url and not done.is_set():
             return {"name": self.name, "url": self.auth.authorization_url, "redirect_uri": redirect_uri}
-        if done.is_set() and not self.error:
+        error = self._ended.get(run, self.error) if done.is_set() else self.error
+        if done.is_set() and not error:
             return {"name": self.name, "url": "", "done": True}
-        raise LoginError(self.error or f"no authorization URL within {URL_TIMEOUT:g}s")
+        raise LoginError(error or f"no authorization URL within {URL_TIMEOUT:g}s")
 
-    async def _run(self, redirect_uri: str, scope: trio.CancelScope, done: trio.Event) -> None:
+    async def _login(self, redirect_uri: str, scope: trio.CancelScope, done: trio.Event, run: int) -> None:
         try:
             with scope:
                 async with self._http() as http:
@@ -131,6 +139,9 @@ class LoginDesk:
                 self._scope = None
             if self.error and self.error != REPLACED:
                 self._on_failure(self.error)
+            self._ended[run] = self.error
+            for old in [key for key in self._ended if key < run - 16]:
+                del self._ended[old]
             done.set()
 
     async def callback(self, params: CallbackParams) -> dict[str, Any]:

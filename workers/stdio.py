@@ -14,12 +14,12 @@ import fcntl
 import itertools
 import logging
 import os
-import resource
 import select
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -33,7 +33,14 @@ from mcpvisor.runtime.commands import child_environment, find_program
 from mcpvisor.runtime.logs import RotatingFile, pump
 from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.workers import confine
-from mcpvisor.workers.limits import MIB, CgroupLimits, Watchdog, join_cgroups, open_cgroup
+from mcpvisor.workers.limits import (
+    FIX_NO_CGROUP,
+    CgroupLimits,
+    Watchdog,
+    join_cgroups,
+    open_cgroup,
+    reserve_problem,
+)
 from mcpvisor.workers.lines import LineReader, Oversized
 
 log = logging.getLogger(__name__)
@@ -291,25 +298,25 @@ async def open_stdio_upstream(
     argv, run_env, run_cwd = [executable, *args], dict(env), cwd
     limits: CgroupLimits | None = None
     watchdog: Watchdog | None = None
-    before_exec = None
+    confined: confine.Confined | None = None
     if sandbox is not None:
         try:
             problem = await trio.to_thread.run_sync(bwrap.probe)
             if problem is not None:
                 raise confine.SandboxError(problem)
-            confined = confine.confine(sandbox, worker_id, executable, args, env, cwd)
             limits = open_cgroup(sandbox, worker_id) if sandbox.limits != "watchdog" else None
+            if (limits is None or not limits.has_pids) and sandbox.limits == "cgroup":
+                raise confine.SandboxError(FIX_NO_CGROUP)
+            if (full := reserve_problem(sandbox)) is not None:
+                raise confine.SandboxError(full)
+            joins = [partial(join_cgroups, list(limits.procs_files))] if limits is not None else []
+            confined = confine.confine(sandbox, worker_id, executable, args, env, cwd, before=joins)
         except (confine.SandboxError, OSError) as exc:
+            if limits is not None:
+                limits.close()
             raise UpstreamProcessError(f"sandbox not built, the upstream is not started: {exc}") from None
-        if limits is None and sandbox.limits == "cgroup":
-            raise UpstreamProcessError(
-                'sandbox not built, the upstream is not started: limits = "cgroup" but no cgroup is writable '
-                "(run under systemd with Delegate=yes, or give the container its own cgroup namespace)"
-            )
-        if limits is None:
-            watchdog = Watchdog(sandbox.memory_mb * MIB)
+        watchdog = Watchdog.for_plan(sandbox, memory=limits is None, quota=confined.quota)
         argv, run_env, run_cwd = confined.argv, confined.env, None
-        before_exec = _sandbox_setup(limits, confined.uid, sandbox.max_processes)
     try:
         process = lifetime.spawn(
             argv,
@@ -318,12 +325,29 @@ async def open_stdio_upstream(
             stdin_pipe=True,
             stdout_pipe=True,
             capture_output=True,
-            before_exec=before_exec,
+            before_exec=confined.prepare if confined is not None else None,
+            pass_fds=confined.pass_fds if confined is not None else (),
         )
     except (OSError, subprocess.SubprocessError) as exc:
+        why = (confined.failure() if confined is not None else "") or getattr(exc, "strerror", None) or exc
+        if confined is not None:
+            confined.close()
         if limits is not None:
             limits.close()
-        raise UpstreamProcessError(f"cannot start {command!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise UpstreamProcessError(f"cannot start {command!r}: {why}") from None
+    if confined is not None:
+        confined.started()
+        if watchdog is not None and confined.namespaces is not None and limits is None:
+            watchdog.ipc_fd, watchdog.userns_fd = confined.namespaces.ipc, confined.namespaces.ipc_owner
+        if confined.outbound is not None:
+            try:
+                await confined.outbound.start(process.pid, confined.namespaces)
+            except confine.SandboxError as exc:
+                process.send_signal_to_group(signal.SIGKILL)
+                confined.close()
+                if limits is not None:
+                    limits.close()
+                raise UpstreamProcessError(f"sandbox not built, the upstream is not started: {exc}") from None
     await trio.lowlevel.checkpoint()
     channel = StdioChannel(process, max_result)
 
@@ -335,6 +359,12 @@ async def open_stdio_upstream(
         if sandbox is not None
         else ""
     )
+
+    def death_note() -> str:
+        if watchdog is not None and watchdog.reason:
+            return f"the upstream was killed: {watchdog.reason}"
+        return memory_note
+
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](64)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](64)
 
@@ -377,8 +407,8 @@ async def open_stdio_upstream(
 
     def note_death() -> None:
         if sandbox is not None and not channel.ended_by and killed_for_memory():
-            channel.ended_by = memory_note
-            log.warning("%s", memory_note)
+            channel.ended_by = death_note()
+            log.warning("%s", channel.ended_by)
 
     async def read_stdout() -> None:
         stdout = process.stdout
@@ -469,19 +499,8 @@ async def open_stdio_upstream(
                 # reach the end of the pipe. Bounded, as a grandchild may still hold it open.
                 with trio.move_on_after(_STDERR_DRAIN):
                     await stderr_done.wait()
+                if confined is not None:
+                    confined.close()
                 if limits is not None:
-                    limits.close()
+                    await limits.aclose()
             nursery.cancel_scope.cancel()
-
-
-def _sandbox_setup(limits: CgroupLimits | None, uid: int | None, max_processes: int) -> Callable[[], None]:
-    """What the forked child does before it execs bwrap: join its cgroups, cap its processes."""
-    procs_files = list(limits.procs_files) if limits is not None else []
-
-    def setup() -> None:
-        join_cgroups(procs_files)
-        if uid is not None:
-            # The sandbox's uid is its own: the kernel counts its processes apart from everyone's.
-            resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
-
-    return setup

@@ -9,7 +9,7 @@ approves it again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mcpvisor.frontend.door.catalog import Catalog, ServerView
 from mcpvisor.frontend.gate.approvals import Kind, ToolApprovals
@@ -26,12 +26,18 @@ def approve_command(server: str) -> str:
     return f"mcpvisor ctl approve {server}"
 
 
-class Gate:
-    """Quarantine and pins, checked on every listing and every call; and the policies (`calls`)."""
+class Audit(Protocol):
+    failing: str | None
 
-    def __init__(self, approvals: ToolApprovals, calls: CallGate | None = None) -> None:
+
+class Gate:
+    """Quarantine and pins, checked on every listing and every call; the policies (`calls`); and, with
+    `audit`, a call that could not be recorded in the activity log (`audit_required`) is not run."""
+
+    def __init__(self, approvals: ToolApprovals, calls: CallGate | None = None, audit: Audit | None = None) -> None:
         self.approvals = approvals
         self.calls = calls or CallGate()  # policies, per-tool limits, calls waiting for an operator
+        self.audit = audit
 
     def withheld(self, server: str, tools: Iterable[Mapping[str, Any]], kind: Kind = "tool") -> set[str]:
         """Names of the server's tools (or prompts) whose current definition nobody approved."""
@@ -48,7 +54,14 @@ class Gate:
                 self.approvals.approve(view.id, items, kind)
 
     def refusal(self, target: ToolTarget, catalog: Catalog) -> dict[str, Any] | None:
-        """The answer to a call that must not run (quarantined server, changed tool); None if it may run."""
+        """The answer to a call that must not run (quarantined server, changed tool, no audit); None if it may run."""
+        if self.audit is not None and self.audit.failing is not None:
+            return text_result(
+                "The activity log cannot record calls right now, and this mcpvisor runs no call it cannot"
+                " record (audit_required): the call was NOT executed. An operator must make room for the"
+                " state store (the volume of the data dir); calls run again once a row can be written.",
+                is_error=True,
+            )
         view = catalog.servers[target.server]
         # The other servers' names (what a tool could shadow) cost a walk of the whole catalog:
         # gathered only for a call that is refused.

@@ -78,6 +78,8 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._in_flight: dict[str, Any] = {}
         self.in_flight = Gauge(
             "mcpvisor_calls_in_flight", "Calls waiting for an upstream", ["server"], registry=self.registry
         )
@@ -103,8 +105,23 @@ class Metrics:
         self.registry.register(_StateCollector(self))
 
     def call_done(self, server: str, via: str, outcome: str, seconds: float) -> None:
-        self.calls.labels(server, via, outcome).inc()
-        self.call_seconds.labels(server, via).observe(seconds)
+        # The labelled children are kept: finding one costs more than the count itself.
+        key = (server, via, outcome)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.calls.labels(server, via, outcome),
+                self.call_seconds.labels(server, via),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def in_flight_of(self, server: str) -> Any:
+        """The in-flight gauge of one server (kept, as `call_done` keeps its counters)."""
+        gauge = self._in_flight.get(server)
+        if gauge is None:
+            gauge = self._in_flight[server] = self.in_flight.labels(server)
+        return gauge
 
     async def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type; asks the supervisor for process states first."""

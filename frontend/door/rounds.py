@@ -7,9 +7,9 @@ mid-call (they speak the handshake era to their worker), so mcpvisor keeps the u
 running between rounds: each question becomes one of the round's input requests, and the answers
 the client brings back go to the upstream that is waiting for them.
 
-`requestState` is sealed, bound to the call and given a lifetime by the SDK's
-`RequestStateBoundary`; here it is the plain id of the waiting call. A call the client does not
-come back to within that lifetime is cancelled upstream.
+`requestState` is sealed, bound to the call and given a lifetime where the endpoints meet the
+client (frontend/endpoints/request_state.py); here it is the plain id of the waiting call. A call
+the client does not come back to within that lifetime is cancelled upstream.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -37,14 +36,6 @@ ROUND_TTL = 600.0
 # Questions an upstream asks at once reach mcpvisor one message apart: gathered this long, they go
 # to the client as one round, as the upstream meant them.
 ROUND_GATHER = 0.05
-
-
-def carried(ctx: Any) -> dict[str, Any]:
-    """What a client's request brings back from a previous round, for a handler that builds its own params."""
-    raw = getattr(ctx, "params", None)
-    if not isinstance(raw, Mapping):
-        return {}
-    return {key: raw[key] for key in ("requestState", "inputResponses") if raw.get(key) is not None}
 
 
 def input_required(result: dict[str, Any]) -> bool:
@@ -186,7 +177,7 @@ class Rounds:
             waiting.expiry.cancel()
             waiting.expiry = None
         # Progress and logs of the rest of the call ride this round's stream.
-        waiting.call.ctx = call.ctx
+        waiting.call.request = call.request
         for key, question in waiting.asked.items():
             if key in responses:
                 question.settle(_encode(responses[key]))

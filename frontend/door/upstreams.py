@@ -20,7 +20,7 @@ import msgspec
 import trio
 
 from mcpvisor.frontend import spans
-from mcpvisor.frontend.door.calls import ClientCall
+from mcpvisor.frontend.door.calls import Caller, ClientCall
 from mcpvisor.frontend.door.catalog import Catalog, ServerView, exposed_name, split_name
 from mcpvisor.frontend.door.gatekeeper import Gate, approve_command
 from mcpvisor.frontend.door.logins import LOGIN_TOOL, LoginTickets, binding_of, login_answer, login_tool
@@ -29,17 +29,9 @@ from mcpvisor.frontend.door.rounds import ROUND_METHODS, Rounds
 from mcpvisor.frontend.door.router import Router
 from mcpvisor.frontend.door.search import SearchHit, ToolIndex
 from mcpvisor.frontend.door.service_ranking import ServiceRanking
-from mcpvisor.frontend.door.tasks import TaskRoutes, UnknownTask, offers_tasks, request_opts_in, with_opt_in
+from mcpvisor.frontend.door.tasks import TASKS, TaskRoutes, UnknownTask, offers_tasks, with_opt_in
 from mcpvisor.frontend.gate import call_policy
-from mcpvisor.frontend.gate.activity import (
-    ActivityLog,
-    Outcome,
-    client_name,
-    endpoint_of,
-    new_request_id,
-    trace_context,
-    with_request_id,
-)
+from mcpvisor.frontend.gate.activity import ActivityLog, Outcome, endpoint_of, new_request_id, with_request_id
 from mcpvisor.frontend.tool_args import error_result
 from mcpvisor.runtime import telemetry
 from mcpvisor.store import oauth_store
@@ -489,7 +481,8 @@ class Upstreams:
             return await self._logged_request(server, method, params, call, what)
         timeout = self.call_timeout(server)
         try:
-            if call is not None and call.modern and method in ROUND_METHODS:
+            # Only a 2026-07-28 client that can be asked something needs its call carried over rounds.
+            if call is not None and call.modern and method in ROUND_METHODS and call.askable:
                 router = self.router
 
                 async def send(params: dict[str, Any], call: ClientCall) -> bytes:
@@ -537,7 +530,7 @@ class Upstreams:
             if (elicitation := await call.open_url(message, link)) is not None:
                 # Told `notifications/elicitation/complete` once the server is connected (frontend/stacks.py).
                 waiting = self.elicitations.setdefault(server, [])
-                waiting[:] = [*waiting[-(MAX_ELICITATIONS - 1) :], (call.ctx, elicitation)]
+                waiting[:] = [*waiting[-(MAX_ELICITATIONS - 1) :], (call.request, elicitation)]
         return login_answer(server, self.tenant, link, self.logins.ttl, tool=tool)
 
     async def disconnect_account(self, server: str) -> dict[str, Any]:
@@ -558,10 +551,10 @@ class Upstreams:
         intent: dict[str, Any] | None = None,
         destructive: bool = True,
         tasks: bool = False,
-        client: str = "",
+        caller: Caller | None = None,
     ) -> bytes | dict[str, Any]:
         """`_call_tool` in the door's span, while telemetry is on: the gate's decision, how it ended."""
-        options: dict[str, Any] = {"intent": intent, "destructive": destructive, "tasks": tasks, "client": client}
+        options: dict[str, Any] = {"intent": intent, "destructive": destructive, "tasks": tasks, "caller": caller}
         if telemetry.active is None:
             return await self._call_tool(target, params, call, via=via, **options)
         run = functools.partial(self._call_tool, target, params, call, via=via, **options)
@@ -577,18 +570,20 @@ class Upstreams:
         intent: dict[str, Any] | None = None,
         destructive: bool = True,
         tasks: bool = False,
-        client: str = "",
+        caller: Caller | None = None,
     ) -> bytes | dict[str, Any]:
         """Call an upstream tool through the gate, recorded in the activity log.
 
         `via` names the path the call came by (`direct`, `call_tool_read`, `proxy`, ...); without
-        `destructive`, a tool its server marks destructive is refused. Refused (with the answer to
+        `destructive`, a tool its server marks destructive is refused. `caller` says who asks when
+        no client's call is at hand (it is the call's own otherwise). Refused (with the answer to
         give) when the gate stops the call; UpstreamError when it fails. With `tasks` (an endpoint
         that routes task handles back), a 2026-07-28 client that opted in to the Tasks extension
         may get a task from an upstream that offers them; its handle is remembered here.
         """
         started = time.monotonic()
         request_id = new_request_id()
+        who = call.caller if call is not None else caller or Caller()
         decided: tuple[str, tuple[str, ...]] = ("", ())  # the policies' decision, once made
 
         def record(outcome: Outcome, result: bytes | None = None) -> None:
@@ -601,12 +596,12 @@ class Upstreams:
                 outcome=outcome,
                 duration=duration,
                 request_id=request_id,
-                client=client or client_name(call, params),
-                endpoint=endpoint_of(call, via, target.server),
+                client=who.client,
+                endpoint=who.endpoint or endpoint_of(via, target.server),
                 result_bytes=0 if result is None else len(result),
                 arguments=params.get("arguments"),
                 result=result,
-                trace=trace_context(call, params),
+                trace=(who.traceparent, who.tracestate),
                 tenant=self.tenant,
                 decision=decided[0],
                 policies=decided[1],
@@ -635,9 +630,9 @@ class Upstreams:
                 item=target.definition,
                 name=target.name,
                 arguments=params.get("arguments"),
-                endpoint=endpoint_of(call, via, target.server),
+                endpoint=who.endpoint or endpoint_of(via, target.server),
                 via=via,
-                client=client or client_name(call, params),
+                client=who.client,
                 progress=_progress_to(call),
                 activity=self.activity,
             )
@@ -647,8 +642,8 @@ class Upstreams:
             raise Refused(stopped.answer, "policy", policy=(stopped.decision, stopped.policies)) from None
         decided = (passed.decision, passed.policies)
         spans.gate_passed(passed.decision, passed.policies)
-        in_flight = self.metrics.in_flight.labels(self.worker_id(target.server)) if self.metrics is not None else None
-        tasks = tasks and call is not None and call.modern and request_opts_in(call.ctx.params)
+        in_flight = self.metrics.in_flight_of(self.worker_id(target.server)) if self.metrics is not None else None
+        tasks = tasks and call is not None and call.modern and call.request.declares("extensions", TASKS)
         if tasks and self.offers_tasks(target.server):
             params = with_opt_in(params)
         try:
@@ -704,6 +699,7 @@ class Upstreams:
         request_id = new_request_id()
         kind: Kind = "resource" if method == "resources/read" else "prompt"
         name = params.get("uri" if kind == "resource" else "name")
+        who = call.caller if call is not None else Caller()
         decided: tuple[str, tuple[str, ...]] = ("", ())
 
         def record(outcome: Outcome, result: bytes | None = None) -> None:
@@ -715,13 +711,13 @@ class Upstreams:
                 outcome=outcome,
                 duration=time.monotonic() - started,
                 request_id=request_id,
-                client=client_name(call, params),
-                endpoint=endpoint_of(call, "", server),
+                client=who.client,
+                endpoint=who.endpoint or endpoint_of("", server),
                 kind=kind,
                 result_bytes=0 if result is None else len(result),
                 arguments=params.get("arguments") if kind == "prompt" else None,
                 result=result,
-                trace=trace_context(call, params),
+                trace=(who.traceparent, who.tracestate),
                 tenant=self.tenant,
                 decision=decided[0],
                 policies=decided[1],
@@ -741,9 +737,9 @@ class Upstreams:
                 item=item,
                 name=f"{server}:{shown}",
                 arguments=params.get("arguments") if kind == "prompt" else None,
-                endpoint=endpoint_of(call, "", server),
+                endpoint=who.endpoint or endpoint_of("", server),
                 via=method,
-                client=client_name(call, params),
+                client=who.client,
                 progress=_progress_to(call),
                 activity=self.activity,
             )

@@ -1,30 +1,23 @@
-"""The HTTP side of the frontend: MCP endpoints, health, served by hypercorn on trio."""
+"""The frontend's HTTP app: who is asking, then what: MCP endpoints, health, metrics, logins."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from mcp.server import Server
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
-
-from mcpvisor.frontend import spans
 from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
-from mcpvisor.frontend.door.upstreams import Upstreams
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
-from mcpvisor.frontend.endpoints.boundary import Boundary, replay
-from mcpvisor.frontend.endpoints.direct import shortcuts_of
+from mcpvisor.frontend.endpoints.boundary import Boundary
+from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
 from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback, serve_oauth_start
 from mcpvisor.frontend.endpoints.oauth_resource import ResourceMetadata
 from mcpvisor.frontend.endpoints.server_endpoint import PREFIX as SERVERS_PREFIX
 from mcpvisor.frontend.endpoints.server_endpoint import ServerEndpoints
-from mcpvisor.frontend.endpoints.session_path import ShortPaths
+from mcpvisor.frontend.endpoints.serving import McpEndpoint
 from mcpvisor.runtime.trust import is_loopback
 from mcpvisor.store.oauth_store import START_PATH
 
@@ -33,24 +26,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CONSOLE_PATH = f"{CONSOLE_PREFIX}/"  # the web console, where `GET /` sends a browser
+
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _security(host: str) -> TransportSecuritySettings | None:
-    # On loopback, refuse other Host/Origin headers: a web page must not reach the gateway by
-    # DNS rebinding. On other addresses the operator fronts it with their own proxy and names.
-    if host in _LOOPBACK:
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
-    return None
 
 
 async def _send_json(send: Send, status: int, body: object) -> None:
@@ -79,69 +60,24 @@ def _counted(send: Send, metrics: Metrics, endpoint: str) -> Send:
 class FrontendApp:
     """One stack's MCP endpoints: dispatches an admitted request by path (frontend/stacks.py)."""
 
-    def __init__(
-        self,
-        upstreams: Upstreams,
-        endpoints: dict[str, Server[Any]],
-        host: str,
-        max_body: int,
-        *,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.upstreams = upstreams
-        self.metrics = metrics
-        security = _security(host)
+    def __init__(self, engines: dict[str, McpEndpoint], servers: ServerEndpoints) -> None:
+        self.engines = engines
         # /mcp/servers/NAME: one upstream under its own names, built on its first request.
-        self.servers = ServerEndpoints(upstreams, security, max_body)
-        self._managers: dict[str, StreamableHTTPSessionManager] = {}
-        self._apps: dict[str, ASGIApp] = {}
-        for path, server in endpoints.items():
-            manager = StreamableHTTPSessionManager(
-                app=server,
-                security_settings=_security(host),
-                max_request_body_size=max_body,
-            )
-            self._managers[path] = manager
-            self._apps[path] = StreamableHTTPASGIApp(manager)
-        # Short paths: requests answered without the SDK's server when nothing can stream.
-        self._short: dict[str, ShortPaths] = {}
-        for path, server in endpoints.items():
-            if (shortcuts := shortcuts_of(server)) is not None:
-                self._short[path] = ShortPaths(
-                    upstreams,
-                    self._managers[path],
-                    server,
-                    shortcuts,
-                    max_body=max_body,
-                    allowed_hosts=security.allowed_hosts if security is not None else None,
-                    allowed_origins=security.allowed_origins if security is not None else None,
-                )
-
-    async def run(self, stack: AsyncExitStack) -> None:
-        """Start every endpoint's session manager on `stack`."""
-        for manager in self._managers.values():
-            await stack.enter_async_context(manager.run())
+        self.servers = servers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Serve a request the gateway admitted; False when no endpoint of this stack is at its path."""
         path = scope["path"].rstrip("/") or "/"
-        spans.note_http(scope)
-        if (app := self._apps.get(path)) is not None:
-            if (short := self._short.get(path)) is not None:
-                answered, body = await short(scope, receive, send)
-                if answered:
-                    return True
-                if body:
-                    receive = replay(body, receive)
-            await app(scope, receive, send)
-            return True
-        if path.startswith(SERVERS_PREFIX) and (app := await self.servers.app_for(path[len(SERVERS_PREFIX) :])):
-            await app(scope, receive, send)
-            return True
-        return False
+        endpoint = self.engines.get(path)
+        if endpoint is None and path.startswith(SERVERS_PREFIX):
+            endpoint = await self.servers.endpoint_for(path[len(SERVERS_PREFIX) :])
+        if endpoint is None:
+            return False
+        await endpoint(scope, receive, send)
+        return True
 
     def endpoints(self) -> list[str]:
-        return sorted(self._apps)
+        return sorted(self.engines)
 
 
 class Gateway:
@@ -215,6 +151,9 @@ class Gateway:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
+        if path == "/" and scope["method"] in ("GET", "HEAD"):
+            await self._front_door(send)
+            return
         if principal is None or not path.startswith("/mcp"):
             await self._not_found(send, path)
             return
@@ -241,6 +180,23 @@ class Gateway:
         finally:
             stack.done()
             self.limits.done(tenant, scope)
+
+    async def _front_door(self, send: Send) -> None:
+        """`GET /`: a browser goes on to the console; a program reads where things are."""
+        plain = self.stacks.get("")
+        body = {
+            "console": CONSOLE_PATH,
+            "endpoints": plain.app.endpoints() if plain is not None else [],
+            "health": "/healthz",
+        }
+        data = json.dumps(body).encode()
+        headers = [
+            (b"location", CONSOLE_PATH.encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 302, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
 
     async def _not_found(self, send: Send, path: str) -> None:
         # Every stack has the same endpoints; every 404 looks the same, whoever asks and why.

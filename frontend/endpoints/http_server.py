@@ -49,10 +49,14 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MAX_RECV: Final = 2**16
 MAX_HEAD: Final = 16 * 1024  # h11's limit on a request's head: past it, hypercorn refuses it
+LINGER: Final = 2.0  # seconds a closing connection still reads (and drops) what the client sends
 _ASGI: Final = {"spec_version": "2.1", "version": "3.0"}
 # A dict in the scope of every request read here, the same for all requests of one connection: what
 # holds for the whole connection (its peer's uid) is found out once (frontend/endpoints/boundary.py).
 CONNECTION_KEY: Final = "mcpvisor.connection"
+# In the `extensions` of every request read here: `watch(cancel_scope)` cancels the scope if the
+# client goes away before the answer is written (an app need not call `receive` in a task of its own).
+DISCONNECT_KEY: Final = "mcpvisor.cancel_on_disconnect"
 _NO_BODY_STATUS: Final = frozenset({204, 304})
 _UNSAFE: Final = re.compile(rb"[\x00\r\n]")
 
@@ -80,23 +84,51 @@ class _Date:
 _date = _Date()
 
 
+async def linger_close(stream: trio.SocketStream) -> None:
+    """End a connection without resetting it: FIN, then what the client still sends is read and
+    dropped for a moment, then close.
+
+    Closing a socket that holds unread bytes makes the kernel answer with a reset, which can
+    destroy the last answer (a GOAWAY, a 400, a `Connection: close` reply) before the client
+    read it: the client then sees a reset where the protocol promised an answer.
+    """
+    errors = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError)
+    with trio.CancelScope(shield=True), trio.move_on_after(LINGER), contextlib.suppress(*errors):
+        await stream.send_eof()
+        while await stream.receive_some(MAX_RECV):
+            pass
+    with contextlib.suppress(OSError):
+        await stream.aclose()
+
+
 class _Replayed(trio.abc.HalfCloseableStream):
     """A connection whose first bytes were already read here: they come first, then the socket's,
-    each checked by llhttp before hypercorn reads it."""
+    each checked by llhttp before hypercorn reads it.
+
+    hypercorn's close lingers (`linger_close`), after waking a read of its own in progress.
+    """
 
     def __init__(self, stream: trio.SocketStream, reader: RequestReader) -> None:
         self.stream = stream
         self.socket = stream.socket  # hypercorn reads the addresses from it
         self._reader = reader
         self._pending = reader.release()
+        self._closed = False
+        self._reading: trio.CancelScope | None = None
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._closed:
+            raise trio.ClosedResourceError
         if self._pending:
             size = len(self._pending) if max_bytes is None else max_bytes
             data, self._pending = self._pending[:size], self._pending[size:]
             await trio.lowlevel.checkpoint()
             return data
-        data = await self.stream.receive_some(max_bytes)
+        with trio.CancelScope() as self._reading:
+            data = await self.stream.receive_some(max_bytes)
+        self._reading = None
+        if self._closed:
+            raise trio.ClosedResourceError
         if data and not self._reader.feed(data):
             # llhttp refused these bytes: hypercorn never sees them, and the connection ends for it.
             log.debug("ending a connection: %s", self._reader.refused)
@@ -104,16 +136,29 @@ class _Replayed(trio.abc.HalfCloseableStream):
         return data
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError
         await self.stream.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
         await self.stream.wait_send_all_might_not_block()
 
     async def send_eof(self) -> None:
-        await self.stream.send_eof()
+        if not self._closed:
+            await self.stream.send_eof()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        if self._reading is not None:
+            self._reading.cancel()  # a read of hypercorn's other task: it ends, and only this one reads
+        await linger_close(self.stream)
 
 
 class _Request:
@@ -241,6 +286,7 @@ class _Connection:
         self._watch: trio.CancelScope | None = None
         self._watch_done: trio.Event | None = None
         self._gone = trio.Event()
+        self._cancel_when_gone: list[trio.CancelScope] = []
         self._nursery: trio.Nursery | None = None
 
     async def run(self) -> None:
@@ -262,7 +308,7 @@ class _Connection:
                 await self.server.fallback(_Replayed(self.stream, self.reader))
         finally:
             if not handed_over:
-                await self.stream.aclose()
+                await linger_close(self.stream)
 
     async def _serve(self, client: Any, local: Any) -> bool:
         """Serve plain requests until the connection ends (False) or must be handed over (True)."""
@@ -298,7 +344,7 @@ class _Connection:
                 "client": client,
                 "server": local,
                 "state": {},
-                "extensions": {},
+                "extensions": {DISCONNECT_KEY: self.cancel_on_disconnect},
                 CONNECTION_KEY: facts,
             }
             served += 1
@@ -351,12 +397,29 @@ class _Connection:
 
     async def wait_gone(self) -> None:
         """Until the client closes the connection (read from it meanwhile: pipelined requests are kept)."""
+        self._watch_connection()
+        await self._gone.wait()
+
+    def cancel_on_disconnect(self, scope: trio.CancelScope) -> None:
+        """Cancel `scope` if the client closes the connection while the current request is served."""
+        if self._gone.is_set():
+            scope.cancel()
+            return
+        self._cancel_when_gone.append(scope)
+        self._watch_connection()
+
+    def _watch_connection(self) -> None:
         if self._watch is None and not self._gone.is_set():
             assert self._nursery is not None
             self._watch = trio.CancelScope()
             self._watch_done = trio.Event()
             self._nursery.start_soon(self._watching, self._watch, self._watch_done)
-        await self._gone.wait()
+
+    def _went(self) -> None:
+        self._gone.set()
+        for scope in self._cancel_when_gone:
+            scope.cancel()
+        self._cancel_when_gone.clear()
 
     async def _watching(self, scope: trio.CancelScope, done: trio.Event) -> None:
         try:
@@ -366,13 +429,14 @@ class _Connection:
                         break
                 else:
                     await trio.sleep_forever()  # enough is buffered; the request ends the wait
-                self._gone.set()
+                self._went()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._gone.set()
+            self._went()
         finally:
             done.set()
 
     async def _stop_watching(self) -> None:
+        self._cancel_when_gone.clear()
         if self._watch is not None and self._watch_done is not None:
             self._watch.cancel()
             await self._watch_done.wait()
@@ -415,7 +479,11 @@ class Http1Server:
         """hypercorn's own HTTP/1.1 (and h2c) connection, from the bytes `stream` still holds."""
         if self.on_handover is not None:
             self.on_handover()
-        await TCPServer(self._wrapped, self.config, self._context, self._state, stream)  # type: ignore[arg-type]
+        try:
+            await TCPServer(self._wrapped, self.config, self._context, self._state, stream)  # type: ignore[arg-type]
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()  # (once: a second close of a _Replayed is a no-op)
 
     async def serve(self, *, task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on the config's binds and serve until cancelled; started() with the bound URLs."""

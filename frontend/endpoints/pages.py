@@ -8,9 +8,7 @@ import hmac
 import secrets
 from typing import Any
 
-from mcp.shared.exceptions import MCPError
-
-from mcpvisor.wire.errors import INVALID_PARAMS
+from mcpvisor.frontend.endpoints.rpc import INVALID_PARAMS, RpcError
 
 # Per process: cursors are only good for the frontend that issued them, and only for the list
 # they were issued for.
@@ -31,7 +29,7 @@ def _offset(kind: str, cursor: str) -> int:
         offset = int.from_bytes(raw[:4], "big")
         if hmac.compare_digest(_sign(kind, offset), cursor):
             return offset
-    raise MCPError(code=INVALID_PARAMS, message=f"Invalid cursor for {kind}: use the nextCursor of a previous page")
+    raise RpcError(INVALID_PARAMS, f"Invalid cursor for {kind}: use the nextCursor of a previous page")
 
 
 def page(kind: str, items: list[Any], cursor: str | None, size: int) -> tuple[list[Any], str | None]:
@@ -41,9 +39,10 @@ def page(kind: str, items: list[Any], cursor: str | None, size: int) -> tuple[li
     return items[start:end], (_sign(kind, end) if end < len(items) else None)
 
 
-def paged(kind: str, field: str, items: list[Any], params: Any, size: int) -> dict[str, Any]:
-    """A list result for `params` (PaginatedRequestParams or None): `{field: [...], nextCursor?}`."""
-    cursor = getattr(params, "cursor", None) if params is not None else None
+def paged(kind: str, field: str, items: list[Any], cursor: Any, size: int) -> dict[str, Any]:
+    """A list result at `cursor`: `{field: [...], nextCursor?}`."""
+    if cursor is not None and not isinstance(cursor, str):
+        cursor = getattr(cursor, "cursor", None)  # the params of a request the SDK's server parsed
     chunk, next_cursor = page(kind, items, cursor, size)
     result: dict[str, Any] = {field: chunk}
     if next_cursor is not None:

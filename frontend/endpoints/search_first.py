@@ -6,19 +6,14 @@ Clients see `retrieve_tools`, `describe_tools`, the three call tools, `upstream_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-import mcp_types as types
-from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
-
-from mcpvisor.frontend.door.forwarding import complete
-from mcpvisor.frontend.endpoints.direct import CACHE_HINTS
-from mcpvisor.frontend.endpoints.mcp_server import AnnouncingServer
-from mcpvisor.frontend.endpoints.session_path import Sessions, Shortcuts
+from mcpvisor.frontend.door.upstreams import NotFound, Upstreams
+from mcpvisor.frontend.endpoints import eras
+from mcpvisor.frontend.endpoints.handlers import Context, Handler, Identity, Result, Table, discover
+from mcpvisor.frontend.endpoints.request_state import StateSeal
+from mcpvisor.frontend.endpoints.tool_calls import Builtin, ToolCalls
 from mcpvisor.frontend.tools.builtins import SEARCH_ENDPOINT_TOOLS, Builtins
-from mcpvisor.frontend.tools.retrieval import DESCRIBE_TOOL_NAME, RETRIEVE_TOOL_NAME
-from mcpvisor.wire.errors import INVALID_PARAMS
 
 INSTRUCTIONS = (
     "mcpvisor aggregates many upstream MCP servers behind a few tools. "
@@ -28,52 +23,43 @@ INSTRUCTIONS = (
     "CALL: use the variant named by each result's call_with field: call_tool_read, call_tool_write or "
     "call_tool_destructive, with the tool's arguments in args and an intent whose operation_type matches. "
     "A long response is cut; read the rest with read_cache. "
-    "MANAGE: upstream_servers lists and changes the servers; quarantine_security inspects, approves and "
-    "blocks quarantined ones (approve only on an operator's decision). "
+    "MANAGE: upstream_servers lists servers and proposes changes to them, which wait for an operator; "
+    "quarantine_security inspects and blocks quarantined servers (only an operator approves one, with mcpvisor ctl). "
     "The proxy tool lists, describes and calls tools, resources and prompts in one interface."
 )
 
 
-def build_search_server(builtins: Builtins) -> Server[Any]:
-    """The MCP server behind `/mcp`."""
+SEARCH_INFO: Final = {"name": "mcpvisor", "version": "0.1.0"}
 
-    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> dict[str, Any]:
-        return complete({"tools": builtins.definitions(SEARCH_ENDPOINT_TOOLS)})
 
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> dict[str, Any]:
-        if params.name not in SEARCH_ENDPOINT_TOOLS:
-            raise MCPError(
-                code=INVALID_PARAMS,
-                message=(
-                    f"Unknown tool '{params.name}': this endpoint offers {', '.join(SEARCH_ENDPOINT_TOOLS)}. "
-                    "Find upstream tools with retrieve_tools and call them with call_tool_read, "
-                    "call_tool_write or call_tool_destructive."
-                ),
-            )
-        return await builtins.call(params.name, params.arguments, ctx)
+def search_table(upstreams: Upstreams, builtins: Builtins, seal: StateSeal | None = None) -> Table:
+    """`/mcp` for the engine: mcpvisor's own tools only; upstream tools are found by search."""
 
-    def tool_input_schema(name: str) -> dict[str, Any] | None:
+    async def list_tools(context: Context) -> Result:
+        return {"tools": builtins.definitions(SEARCH_ENDPOINT_TOOLS)}
+
+    def resolve(name: str) -> Builtin:
+        if name in SEARCH_ENDPOINT_TOOLS and builtins.offers(name):
+            return Builtin(name)
+        raise NotFound(
+            "tool",
+            name,
+            f"this endpoint offers {', '.join(SEARCH_ENDPOINT_TOOLS)}. Find upstream tools with retrieve_tools and "
+            "call them with call_tool_read, call_tool_write or call_tool_destructive.",
+        )
+
+    def capabilities(version: str) -> dict[str, Any]:
+        # Its list is mcpvisor's own and changes only with the config; 2026-07-28 clients have no
+        # listen stream here to hear of it.
+        return {"tools": {"listChanged": not eras.is_modern(version)}}
+
+    def input_schema(name: str) -> dict[str, Any] | None:
         return builtins.input_schema(name) if name in SEARCH_ENDPOINT_TOOLS else None
 
-    server = AnnouncingServer(
-        "mcpvisor",
-        get_tool_input_schema=tool_input_schema,
-        version="0.1.0",
-        instructions=INSTRUCTIONS,
-        cache_hints=CACHE_HINTS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
-    # retrieve_tools needs nothing of the SDK's server: quiet clients get it on the short paths.
-    sessions = Sessions()
-    server.middleware.append(sessions)
-
-    async def retrieve(arguments: dict[str, Any]) -> dict[str, Any]:
-        return await builtins.call(RETRIEVE_TOOL_NAME, arguments)
-
-    async def describe(arguments: dict[str, Any]) -> dict[str, Any]:
-        return await builtins.call(DESCRIBE_TOOL_NAME, arguments)
-
-    local = {RETRIEVE_TOOL_NAME: retrieve, DESCRIBE_TOOL_NAME: describe}
-    server.shortcuts = Shortcuts({}, sessions, local_tools=local, upstream_tools=False)  # type: ignore[attr-defined]
-    return server
+    handlers: dict[str, Handler] = {
+        "server/discover": discover,
+        "tools/list": list_tools,
+        "tools/call": ToolCalls(upstreams, builtins, resolve, via="search"),
+    }
+    identity = Identity(lambda: dict(SEARCH_INFO), capabilities, lambda: INSTRUCTIONS)
+    return Table("/mcp", handlers, identity, input_schema, seal)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -63,7 +63,8 @@ class CallRecord:
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """A random 128-bit id as 32 hex digits (a uuid4's randomness, without building a UUID)."""
+    return os.urandom(16).hex()
 
 
 _decode_object = msgspec.json.Decoder(dict[str, Any])
@@ -88,27 +89,8 @@ def with_request_id(result: bytes, request_id: str) -> bytes:
     return msgspec.json.encode(document)
 
 
-def client_name(call: Any, params: Mapping[str, Any]) -> str:
-    """The client's name from its initialize (handshake era) or the request's `_meta` (2026-07-28)."""
-    session = getattr(getattr(call, "ctx", None), "session", None)
-    client_params = getattr(session, "client_params", None)
-    info = getattr(client_params, "client_info", None)
-    if info is not None and isinstance(name := getattr(info, "name", None), str):
-        return name
-    meta = params.get("_meta")
-    if isinstance(meta, Mapping):
-        info = meta.get("io.modelcontextprotocol/clientInfo")
-        if isinstance(info, Mapping) and isinstance(name := info.get("name"), str):
-            return name
-    return ""
-
-
-def endpoint_of(call: Any, via: str, server: str) -> str:
-    """The HTTP path the client called: from its request when known, else what the path implies."""
-    request = getattr(getattr(call, "ctx", None), "request", None)
-    path = getattr(getattr(request, "url", None), "path", None)
-    if isinstance(path, str) and path:
-        return path.rstrip("/") or "/"
+def endpoint_of(via: str, server: str) -> str:
+    """The HTTP path a call came by, from its path when its request did not say (a built-in's calls)."""
     if via == "direct":
         return "/mcp/direct"
     if via == "server-endpoint":
@@ -116,16 +98,11 @@ def endpoint_of(call: Any, via: str, server: str) -> str:
     return "/mcp" if via.startswith("call_tool") or via in ("code_execution", "proxy") else ""
 
 
-def trace_context(call: Any, params: Mapping[str, Any]) -> tuple[str, str]:
-    """The request's W3C `traceparent` and `tracestate`: from its `_meta`, else its HTTP headers."""
-    meta = params.get("_meta")
-    found: dict[str, str] = {}
-    if isinstance(meta, Mapping):
-        found = {key: value for key in ("traceparent", "tracestate") if isinstance(value := meta.get(key), str)}
+def trace_context(meta: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[str, str]:
+    """A request's W3C `traceparent` and `tracestate`: from its `_meta`, else its HTTP headers."""
+    found = {key: value for key in ("traceparent", "tracestate") if isinstance(value := meta.get(key), str)}
     if "traceparent" not in found:
-        headers = getattr(getattr(getattr(call, "ctx", None), "request", None), "headers", None)
-        if headers is not None:
-            found = {key: value for key in ("traceparent", "tracestate") if isinstance(value := headers.get(key), str)}
+        found = {key: value for key in ("traceparent", "tracestate") if isinstance(value := headers.get(key), str)}
     parent = found.get("traceparent", "")
     if not _TRACEPARENT.fullmatch(parent):
         return "", ""
@@ -151,6 +128,9 @@ class ActivityLog:
     ) -> None:
         self._db = db
         self._writer = writer or StoreWriter(db)
+        # Why the last row could not be written (None: it was): with `audit_required`, the gate
+        # refuses calls while it is set, and the row of each refused call tries again.
+        self.failing: str | None = None
         self.record_arguments = record_arguments
         self.retention_days = retention_days
         self.max_rows = max_rows
@@ -244,9 +224,16 @@ class ActivityLog:
                 return  # the flush already queued takes this row too
             self._flush_pending = True
         try:
-            self._writer.submit(self._flush, f"a call to {server}:{tool}")
+            self._writer.submit(self._flush, f"a call to {server}:{tool}", self._written)
         except STORE_ERRORS as exc:
             log.error("activity log: cannot record a call to %s:%s: %s", server, tool, exc)
+            self._written(exc)
+        else:
+            if not self._writer.deferred:
+                self._written(None)
+
+    def _written(self, failure: BaseException | None) -> None:
+        self.failing = None if failure is None else (str(failure) or type(failure).__name__)
 
     def _flush(self) -> None:
         """Append the queued rows to the chain (now on SQLite; in the writer's thread on the shared store)."""

@@ -32,8 +32,13 @@ class StoreWriter:
         self.deferred = is_shared(db)
         self._send, self._receive = trio.open_memory_channel[Callable[[], None]](QUEUE_LIMIT)
 
-    def submit(self, write: Callable[[], None], what: str) -> None:
-        """Run `write` (now, raising as it does; or soon, its failure logged). `what` names it in a log line."""
+    def submit(
+        self, write: Callable[[], None], what: str, done: Callable[[BaseException | None], None] | None = None
+    ) -> None:
+        """Run `write` (now, raising as it does; or soon, its failure logged). `what` names it in a log line.
+
+        `done` is told how a deferred write ended (None: written), from the thread that ran it.
+        """
         if not self.deferred:
             write()
             return
@@ -43,11 +48,18 @@ class StoreWriter:
                 write()
             except STORE_ERRORS as exc:
                 log.error("state store: cannot record %s: %s", what, exc)
+                if done is not None:
+                    done(exc)
+            else:
+                if done is not None:
+                    done(None)
 
         try:
             self._send.send_nowait(logged)
         except trio.WouldBlock:
             log.error("state store: %d writes are waiting; %s is not recorded", QUEUE_LIMIT, what)
+            if done is not None:
+                done(OverflowError(f"{QUEUE_LIMIT} writes are waiting"))
 
     async def flush(self) -> None:
         """Wait until every write submitted so far is done."""

@@ -12,7 +12,6 @@ from typing import Any, Final
 
 from mcpvisor.frontend.door.calls import ClientCall
 from mcpvisor.frontend.door.forwarding import decoded
-from mcpvisor.frontend.door.rounds import carried
 from mcpvisor.frontend.door.upstreams import Refused, UpstreamError, Upstreams
 from mcpvisor.frontend.tool_args import (
     ToolInputError,
@@ -23,7 +22,6 @@ from mcpvisor.frontend.tool_args import (
     json_type,
 )
 from mcpvisor.frontend.tools.response_cache import ResponseCache, cut_result
-from mcpvisor.frontend.unsieved import keep
 
 # Call tool name -> the operation type its intent must declare.
 VARIANTS: Final[dict[str, str]] = {
@@ -169,14 +167,6 @@ def parse_intent(variant: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {key: intent[key] for key in _INTENT_FIELDS if intent.get(key) is not None}
 
 
-def progress_token(ctx: Any) -> str | int | None:
-    """The progress token of the client's own request, if it asked for progress."""
-    meta = getattr(ctx, "meta", None)
-    if not meta:
-        return None
-    return meta.get("progress_token", meta.get("progressToken"))
-
-
 class ToolCaller:
     """Runs the call variants: checks, the destructive rule, one call through the door, cutting."""
 
@@ -192,10 +182,11 @@ class ToolCaller:
         intent = parse_intent(variant, arguments)
         target = self.upstreams.find_tool(name, quarantined=True)
         params: dict[str, Any] = {"name": target.tool, "arguments": args}
-        token = progress_token(ctx)
+        token = ctx.progress_token if ctx is not None else None
         if token is not None:
             params["_meta"] = {"progressToken": token}
-        params.update(carried(ctx))  # the answers to a question the upstream asked last round
+        if ctx is not None:
+            params.update(ctx.carried)  # the answers to a question the upstream asked last round
         call = ClientCall(ctx, target.server) if ctx is not None else None
         try:
             result = await self.upstreams.call_tool(
@@ -207,4 +198,4 @@ class ToolCaller:
             return error_result(exc.message)
         if isinstance(result, dict):
             return result  # input required: the client answers and calls again
-        return keep(cut_result(decoded(result), self.upstreams.settings.tool_response_limit, self.cache))
+        return cut_result(decoded(result), self.upstreams.settings.tool_response_limit, self.cache)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final
 
-from mcp.shared.exceptions import MCPError
-
 from mcpvisor.frontend.door.control import ControlClient
 from mcpvisor.frontend.door.upstreams import NotFound, Upstreams
 from mcpvisor.frontend.tool_args import ToolInputError, check_parameters, error_result
@@ -40,7 +38,6 @@ from mcpvisor.frontend.tools.response_cache import (
 )
 from mcpvisor.frontend.tools.retrieval import DESCRIBE_TOOL_NAME, RETRIEVE_TOOL_NAME, retrieve_tool, retrieve_tools
 from mcpvisor.wire.config import RegistryConfig, SearchConfig
-from mcpvisor.wire.errors import INVALID_PARAMS
 from mcpvisor.wire.proxy import PROXY_TOOL, PROXY_TOOL_NAME
 
 # The search workflow only makes sense where upstream tools are not listed (seed 003, FR-003).
@@ -156,6 +153,10 @@ class Builtins:
         """Tool definitions (MCP wire dicts) of the named built-ins, in that order; one turned off is left out."""
         return [self._definitions[name] for name in names if name in self._definitions]
 
+    def offers(self, name: str) -> bool:
+        """Whether `name` is one of the built-in tools turned on here."""
+        return name in self._handlers
+
     def input_schema(self, name: str) -> dict[str, Any] | None:
         definition = self._definitions.get(name)
         return definition["inputSchema"] if definition is not None else None
@@ -169,7 +170,7 @@ class Builtins:
         """Run a built-in tool; a problem the caller can fix comes back as an `isError` result."""
         handler = self._handlers.get(name)
         if handler is None:
-            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool '{name}'")
+            raise NotFound("tool", name, "it is not one of mcpvisor's tools here")
         try:
             return await handler(arguments or {}, ctx)
         except (ToolInputError, NotFound) as exc:

@@ -291,21 +291,19 @@ class SandboxProcess:
     ) -> SandboxProcess:
         """Start one process, inside bwrap when `decision` says so (None: as it is, V8 alone)."""
         command = [python, "-m", script_runner.MODULE, "--heap-mb", str(heap_mb)]
+        fds: tuple[int, ...] = ()
         if decision is not None and decision.confined:
-            argv, env = decision.argv(command), script_runner.environment(python)
+            (argv, fds), env = decision.launch(command), script_runner.environment(python)
         else:
             # No inherited environment: the script cannot see it anyway, and the process needs none of it.
             argv, env = command, {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
-            child = lifetime.spawn(
-                argv,
-                env=env,
-                cwd="/",
-                stdin_pipe=True,
-                stdout_pipe=True,
-            )
+            child = lifetime.spawn(argv, env=env, cwd="/", stdin_pipe=True, stdout_pipe=True, pass_fds=fds)
         except OSError as exc:
             raise SandboxDied(f"the code_execution sandbox cannot be started: {exc.strerror or exc}") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
         process = cls(child)
         try:
             with trio.fail_after(30):

@@ -67,6 +67,16 @@ _ALLOWED: Final[dict[str, tuple[str, ...]]] = {
     "logout": (),
 }
 
+
+def nullable(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    """`schema` or null (null removes the field in a patch), written as `anyOf` branches of one `type`
+    each: a `type` list is legal JSON Schema but not portable to clients with single-type dialects."""
+    found: dict[str, Any] = {"anyOf": [schema, {"type": "null"}]}
+    if description:
+        found["description"] = description
+    return found
+
+
 UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
     "name": UPSTREAM_TOOL_NAME,
     "description": (
@@ -93,33 +103,28 @@ UPSTREAM_SERVERS_TOOL: Final[dict[str, Any]] = {
             "operation": {"type": "string", "enum": list(OPERATIONS), "description": "What to do."},
             "action": {"type": "string", "enum": list(OPERATIONS), "description": "Same as `operation`."},
             "name": {"type": "string", "description": "Server name (every operation but list)."},
-            "command": {"type": ["string", "null"], "description": "Program of a stdio server."},
-            "args": {"type": ["array", "null"], "items": {"type": "string"}, "description": "Its arguments."},
+            "command": nullable({"type": "string"}, "Program of a stdio server."),
+            "args": nullable({"type": "array", "items": {"type": "string"}}, "Its arguments."),
             "args_json": {"type": "string", "description": "`args` as a JSON array string."},
-            "env": {
-                "type": ["object", "null"],
-                "additionalProperties": {"type": ["string", "null"]},
-                "description": "Environment variables (literal values; ${env:...} and ${file:...} are refused).",
-            },
+            "env": nullable(
+                {"type": "object", "additionalProperties": nullable({"type": "string"})},
+                "Environment variables (literal values; ${env:...} and ${file:...} are refused).",
+            ),
             "env_json": {"type": "string", "description": "`env` as a JSON object string."},
-            "cwd": {"type": ["string", "null"], "description": "Working directory of a stdio server."},
-            "url": {"type": ["string", "null"], "description": "URL of a streamable HTTP or SSE server."},
-            "transport": {
-                "type": ["string", "null"],
-                "enum": ["auto", "stdio", "streamable-http", "sse", None],
-                "description": "Transport (default auto).",
-            },
-            "headers": {
-                "type": ["object", "null"],
-                "additionalProperties": {"type": ["string", "null"]},
-                "description": "HTTP headers (literal values; ${env:...} and ${file:...} are refused).",
-            },
+            "cwd": nullable({"type": "string"}, "Working directory of a stdio server."),
+            "url": nullable({"type": "string"}, "URL of a streamable HTTP or SSE server."),
+            "transport": nullable(
+                {"type": "string", "enum": ["auto", "stdio", "streamable-http", "sse"]}, "Transport (default auto)."
+            ),
+            "headers": nullable(
+                {"type": "object", "additionalProperties": nullable({"type": "string"})},
+                "HTTP headers (literal values; ${env:...} and ${file:...} are refused).",
+            ),
             "headers_json": {"type": "string", "description": "`headers` as a JSON object string."},
-            "enabled": {"type": ["boolean", "null"], "description": "Whether the server runs."},
-            "policy": {
-                "type": ["object", "null"],
-                "description": "Timeouts and restart policy (init_timeout, call_timeout, startretries, ...).",
-            },
+            "enabled": nullable({"type": "boolean"}, "Whether the server runs."),
+            "policy": nullable(
+                {"type": "object"}, "Timeouts and restart policy (init_timeout, call_timeout, startretries, ...)."
+            ),
             "policy_json": {"type": "string", "description": "`policy` as a JSON object string."},
             "lines": {
                 "type": "integer",

@@ -1,9 +1,7 @@
-"""The `proxy` tool over the door: its catalog and call routing, and keeping its annotations on the wire.
+"""The `proxy` tool over the door: its catalog and call routing.
 
-The SDK checks each tool result against the negotiated protocol revision's schema and drops the
-keys that schema does not name, among them the proxy extension's annotations (`proxyAction`,
-`pythonType`, ...) and the `contentType` of objectified resources: the result is noted with
-`unsieved.keep`, so the check runs and the proxy tool's own values are put back afterwards.
+Its results carry the proxy extension's annotations (`proxyAction`, `pythonType`, ...) inside
+their content blocks, which the engine passes through as they are in every protocol era.
 """
 
 from __future__ import annotations
@@ -14,15 +12,12 @@ from typing import Any
 from mcpvisor.frontend.door.forwarding import decoded
 from mcpvisor.frontend.door.upstreams import NotFound, Refused, Upstreams
 from mcpvisor.frontend.tools.proxy_tool import run_proxy
-from mcpvisor.frontend.unsieved import keep
 from mcpvisor.wire.proxy import ProxyError
 
 
 async def serve_proxy(backend: UpstreamsProxyBackend, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Answer one call of the `proxy` tool; its annotations survive the SDK's check (see unsieved)."""
-    result = await run_proxy(backend, arguments)
-    keep(result)
-    return result
+    """Answer one call of the `proxy` tool."""
+    return await run_proxy(backend, arguments)
 
 
 class UpstreamsProxyBackend:

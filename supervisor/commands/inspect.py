@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from mcpvisor.runtime.pathfd import describe_sandbox
 from mcpvisor.supervisor.commands import CommandError, Name, command
 from mcpvisor.supervisor.commands.server_propose import inspection
-from mcpvisor.wire.sandboxing import describe
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -83,13 +83,17 @@ def render_sandbox(who: str, sandbox: dict[str, Any]) -> list[str]:
     if not sandbox.get("enabled"):
         return [f"  sandbox ({who}): none, the process runs as mcpvisor does"]
     cpu = f"{sandbox['cpu']:g} cores" if sandbox.get("cpu") else "unlimited"
+    home = f"{sandbox['home_mb']} MiB" if sandbox.get("home_mb") else "unlimited"
     return [
         f"  sandbox ({who}):",
         f"    network:    {sandbox['network']}",
         f"    read-only:  {', '.join(sandbox['read_only'])}",
         f"    writable:   {', '.join(sandbox['writable'])}",
+        *(f"    refused:    {why}" for why in sandbox.get("refused", [])),
         f"    limits:     {sandbox['memory_mb']} MiB, {sandbox['max_processes']} processes, CPU {cpu}"
-        f" (by {sandbox['limits']})",
+        f", home {home} (by {sandbox['limits']})",
+        *([f"    uid:        {sandbox['uid']}"] if sandbox.get("uid") is not None else []),
+        f"    seccomp:    {sandbox.get('seccomp', '-')}",
         f"    never:      {', '.join(sandbox['never'])}",
     ]
 
@@ -98,10 +102,10 @@ def sandboxes(sup: Supervisor, name: str) -> dict[str, Any]:
     """The sandbox of the server itself and of each tenant's worker of it."""
     if name not in sup.config.servers:
         return {}
-    found = {name: describe(sup.sandbox_plan(name))}
+    found = {name: describe_sandbox(sup.sandbox_plan(name, for_start=False))}
     for tenant, table in sup.config.tenants.items():
         if name in table.servers:
-            found[f"{tenant}/{name}"] = describe(sup.sandbox_plan(f"{tenant}/{name}"))
+            found[f"{tenant}/{name}"] = describe_sandbox(sup.sandbox_plan(f"{tenant}/{name}", for_start=False))
     return found
 
 

@@ -1,16 +1,27 @@
-"""Latency and throughput of a tool call: directly to an upstream, and through mcpvisor.
+"""Latency, throughput and CPU of a tool call: directly to an upstream, and through mcpvisor.
 
-    python tests/bench/bench_latency.py [--calls 500] [--clients 16] [--per-client 100] [--peer]
-                                        [--profile DIR]
+    python tests/bench/bench_latency.py [--calls 500] [--clients 16] [--per-client 100]
+                                        [--upstreams stdio http] [--modes auto legacy] [--rounds 1]
+                                        [--before PYTHON] [--peer] [--profile DIR]
 
-Starts tests/upstreams/echo_server.py twice: once serving streamable HTTP (the direct
-connection), once over stdio behind an mcpvisor worker. With `--peer`, a third time over stdio
-behind FastMCP's proxy (installed into a virtualenv of its own, see bench_scale.py). All are
-driven by the SDK's `Client` over streamable HTTP, in this one run, and printed side by side.
+Each row compares paths to the same upstream (tests/upstreams/echo_server.py), measured in this
+one run, with the SDK's `Client` in the protocol era of the row (`auto`: 2026-07-28, `legacy`:
+2025-11-25):
 
-`--profile DIR` samples mcpvisor's frontend with py-spy (`pip install py-spy`) during each era's
-sequential run and writes its stacks, collapsed (flamegraph.pl's input), to DIR/frontend-ERA.txt,
-then prints the functions that held the most samples.
+- a stdio upstream: `direct` is the client starting the upstream itself over stdio (one process
+  per client); `mcpvisor` is /mcp/direct with the upstream behind a worker, over stdio;
+- a streamable-HTTP upstream: `direct` is the client talking to it; `mcpvisor` is /mcp/direct
+  with a worker connected to that same upstream process.
+
+`--before PYTHON` adds the same paths through another build of mcpvisor, run by PYTHON (the
+interpreter of a checkout's virtualenv, e.g. a worktree of the main branch); `--peer` adds
+FastMCP's proxy in front of the stdio upstream (installed into a virtualenv of its own, see
+bench_scale.py). With `--rounds N` every measurement is taken N times, the paths interleaved, and
+the median is printed: on a machine shared with other work, ratios of one run are what to read.
+
+`--profile DIR` samples mcpvisor's frontend with py-spy (`pip install py-spy`) during each
+sequential run (CPU only: `--gil`) and writes its stacks, collapsed, to DIR, then prints the
+functions that held the most samples.
 """
 
 from __future__ import annotations
@@ -27,16 +38,21 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench.bench_scale import open_peer
 from tests.support.stack import UPSTREAMS, echo_server, free_port, open_stack
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+ERAS = {"auto": "2026-07-28", "legacy": "2025-11-25"}
+ECHO = [sys.executable, str(UPSTREAMS / "echo_server.py")]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -58,28 +74,56 @@ def role(pid: int) -> str:
     return "upstream"
 
 
-async def sequential(
-    url: str, tool: str, calls: int, mode: str, processes: dict[str, int]
-) -> tuple[list[float], dict[str, float]]:
+def children_of(pid: int) -> set[int]:
+    """The processes whose parent is `pid`, from /proc."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.add(int(entry))
+    return found
+
+
+@dataclass
+class Path_:
+    """One way to reach the echo tool: what a client connects to, the tool's name there, and the
+    processes whose CPU counts (the client's own is measured in this process)."""
+
+    label: str
+    target: str | StdioServerParameters
+    tool: str
+    processes: dict[str, int] = field(default_factory=dict)
+    spawns_upstream: bool = False  # a stdio client starts its own upstream: its pid is found once started
+
+
+async def sequential(path: Path_, calls: int, mode: str, profile: Path | None) -> tuple[list[float], dict[str, float]]:
     """Latency samples (ms), and the CPU each process spent per call (ms), the client included."""
-    async with Client(url, mode=mode) as client:
+    before_children = children_of(os.getpid())
+    async with Client(path.target, mode=mode) as client:
+        processes = dict(path.processes)
+        if path.spawns_upstream:
+            started = children_of(os.getpid()) - before_children
+            if started:
+                processes["upstream"] = min(started)
         for _ in range(min(50, calls)):
-            await client.call_tool(tool, {"text": "warm-up"})
+            await client.call_tool(path.tool, {"text": "warm-up"})
         samples = []
-        before = {name: cpu_seconds(pid) for name, pid in processes.items()}
-        client_before = time.process_time()
-        for i in range(calls):
-            start = time.perf_counter()
-            await client.call_tool(tool, {"text": f"call {i}"})
-            samples.append((time.perf_counter() - start) * 1000)
-        cpu = {"client": time.process_time() - client_before}
-        cpu.update({name: cpu_seconds(pid) - before[name] for name, pid in processes.items()})
+        async with profiled(processes.get("frontend"), profile):
+            before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+            client_before = time.process_time()
+            for i in range(calls):
+                start = time.perf_counter()
+                await client.call_tool(path.tool, {"text": f"call {i}"})
+                samples.append((time.perf_counter() - start) * 1000)
+            cpu = {"client": time.process_time() - client_before}
+            cpu.update({name: cpu_seconds(pid) - before[name] for name, pid in processes.items()})
         return samples, {name: seconds * 1000 / calls for name, seconds in cpu.items()}
 
 
 @asynccontextmanager
 async def profiled(pid: int | None, out: Path | None) -> AsyncIterator[None]:
-    """py-spy sampling `pid` while the block runs, its collapsed stacks written to `out`."""
+    """py-spy sampling `pid`'s CPU (GIL holders) while the block runs, its collapsed stacks written to `out`."""
     if pid is None or out is None:
         yield
         return
@@ -91,6 +135,7 @@ async def profiled(pid: int | None, out: Path | None) -> AsyncIterator[None]:
             str(pid),
             "--rate",
             "1000",
+            "--gil",
             "--format",
             "raw",
             "--nonblocking",
@@ -129,21 +174,23 @@ def hottest(collapsed: Path, top: int = 25) -> list[tuple[str, float, float]]:
     return [(frame, inclusive[frame] / total, own.get(frame, 0) / total) for frame in ranked] if total else []
 
 
-async def concurrent(url: str, tool: str, clients: int, per_client: int, mode: str) -> float:
+async def concurrent(path: Path_, clients: int, per_client: int, mode: str) -> float:
     """Calls per second with `clients` connected clients calling at once."""
     ready = trio.Event()
     connected = 0
+    finished: list[float] = []
 
     async def one(index: int) -> None:
         nonlocal connected
-        async with Client(url, mode=mode) as client:
-            await client.call_tool(tool, {"text": "warm-up"})
+        async with Client(path.target, mode=mode) as client:
+            await client.call_tool(path.tool, {"text": "warm-up"})
             connected += 1
             if connected == clients:
                 ready.set()
             await ready.wait()
             for i in range(per_client):
-                await client.call_tool(tool, {"text": f"{index}/{i}"})
+                await client.call_tool(path.tool, {"text": f"{index}/{i}"})
+            finished.append(time.perf_counter())  # before the client's teardown, which is not a call
 
     start = 0.0
     async with trio.open_nursery() as nursery:
@@ -151,7 +198,7 @@ async def concurrent(url: str, tool: str, clients: int, per_client: int, mode: s
             nursery.start_soon(one, index)
         await ready.wait()
         start = time.perf_counter()
-    return clients * per_client / (time.perf_counter() - start)
+    return clients * per_client / (max(finished) - start)
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -170,11 +217,11 @@ async def wait_http(url: str) -> None:
 
 
 @asynccontextmanager
-async def direct_upstream() -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
+async def http_upstream() -> AsyncIterator[tuple[subprocess.Popen[bytes], str]]:
     """The echo upstream serving streamable HTTP on loopback, ready for clients: (process, url)."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, str(UPSTREAMS / "echo_server.py"), "--http", str(port)],
+        [*ECHO, "--http", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -194,82 +241,186 @@ async def peer_target(url: str) -> str:
     return next(name for name in names if name.endswith("echo"))
 
 
-async def main(args: argparse.Namespace) -> None:
-    results: dict[str, dict[str, float]] = {}
-    cpu: dict[str, dict[str, float]] = {}
-    labels = ["direct", "mcpvisor", *(["fastmcp"] if args.peer else [])]
-    async with direct_upstream() as (direct, direct_url), contextlib.AsyncExitStack() as exits:
-        tmp = Path(exits.enter_context(tempfile.TemporaryDirectory()))
-        stack = await exits.enter_async_context(open_stack(tmp / "mcpvisor", {"echo": echo_server()}))
-        behind = {role(pid): pid for pid in stack.pids() if pid != stack.process.pid and role(pid) != "worker"}
-        behind["worker"] = stack.status()["echo"]["pid"]
-        targets = {
-            "direct": (direct_url, "echo", {"upstream": direct.pid}),
-            "mcpvisor": (stack.direct_url, "echo:echo", behind),
-        }
-        if args.peer:
-            (tmp / "peer").mkdir()
-            peer, peer_url = await exits.enter_async_context(open_peer({"echo": echo_server()}, tmp / "peer"))
-            # The proxy starts a process of its upstream for each client's session and ends it with
-            # the session, so only the proxy's own CPU can be followed from here.
-            targets["fastmcp"] = (peer_url, await peer_target(peer_url), {"frontend": peer.pid})
-        for mode in args.modes:
-            for label in labels:
-                url, tool, processes = targets[label]
-                print(f"measuring {label} ({mode}) ...", file=sys.stderr)
-                era = "2026-07-28" if mode == "auto" else "2025-11-25"
-                out = args.profile / f"frontend-{era}.txt" if args.profile and label == "mcpvisor" else None
-                async with profiled(processes.get("frontend"), out):
-                    samples, cpu[f"{label}/{mode}"] = await sequential(url, tool, args.calls, mode, processes)
-                rate = await concurrent(url, tool, args.clients, args.per_client, mode)
-                results[f"{label}/{mode}"] = {
-                    "p50": statistics.median(samples),
-                    "p99": percentile(samples, 0.99),
-                    "rate": rate,
-                }
+async def through(
+    exits: contextlib.AsyncExitStack, label: str, workdir: Path, server: dict[str, Any], python: str
+) -> Path_:
+    """mcpvisor (the build `python` runs) in front of `server` as `echo`: its path and processes."""
+    stack = await exits.enter_async_context(open_stack(workdir, {"echo": server}, python=python))
+    processes = {role(pid): pid for pid in stack.pids() if pid != stack.process.pid and role(pid) != "worker"}
+    processes["worker"] = stack.status()["echo"]["pid"]
+    return Path_(label, stack.direct_url, "echo:echo", processes)
 
+
+async def main(args: argparse.Namespace) -> None:
+    results: dict[tuple[str, str, str], list[dict[str, float]]] = {}
+    cpu: dict[tuple[str, str, str], list[dict[str, float]]] = {}
+    async with contextlib.AsyncExitStack() as exits:
+        tmp = Path(exits.enter_context(tempfile.TemporaryDirectory()))
+        builds = {"mcpvisor": sys.executable, **({"before": args.before} if args.before else {})}
+        paths: dict[str, list[Path_]] = {}
+        if "stdio" in args.upstreams:
+            found = [
+                Path_("direct", StdioServerParameters(command=ECHO[0], args=ECHO[1:]), "echo", spawns_upstream=True)
+            ]
+            for label, python in builds.items():
+                found.append(await through(exits, label, tmp / f"{label}-stdio", echo_server(), python))
+            if args.peer:
+                (tmp / "peer").mkdir()
+                peer, peer_url = await exits.enter_async_context(open_peer({"echo": echo_server()}, tmp / "peer"))
+                # The proxy starts a process of its upstream for each client's session and ends it with
+                # the session, so only the proxy's own CPU can be followed from here.
+                found.append(Path_("fastmcp", peer_url, await peer_target(peer_url), {"frontend": peer.pid}))
+            paths["stdio"] = found
+        if "http" in args.upstreams:
+            upstream, url = await exits.enter_async_context(http_upstream())
+            found = [Path_("direct", url, "echo", {"upstream": upstream.pid})]
+            for label, python in builds.items():
+                server = {"url": url, "transport": "streamable-http"}
+                built = await through(exits, label, tmp / f"{label}-http", server, python)
+                built.processes["upstream"] = upstream.pid
+                found.append(built)
+            paths["http"] = found
+        for round_ in range(args.rounds):
+            for upstream_kind, found in paths.items():
+                for mode in args.modes:
+                    for path in found:
+                        key = (upstream_kind, mode, path.label)
+                        print(f"round {round_ + 1}: {upstream_kind} {ERAS[mode]} {path.label} ...", file=sys.stderr)
+                        out = None
+                        if args.profile and path.label == "mcpvisor" and round_ == 0:
+                            out = args.profile / f"frontend-{upstream_kind}-{ERAS[mode]}.txt"
+                        samples, used = await sequential(path, args.calls, mode, out)
+                        rate = await concurrent(path, args.clients, args.per_client, mode)
+                        results.setdefault(key, []).append(
+                            {"p50": statistics.median(samples), "p99": percentile(samples, 0.99), "rate": rate}
+                        )
+                        cpu.setdefault(key, []).append(used)
+        report(args, paths, results, cpu)
+
+
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    keys = {key for run in runs for key in run}
+    return {key: statistics.median(run[key] for run in runs if key in run) for key in keys}
+
+
+def report(
+    args: argparse.Namespace,
+    paths: dict[str, list[Path_]],
+    results: dict[tuple[str, str, str], list[dict[str, float]]],
+    cpu: dict[tuple[str, str, str], list[dict[str, float]]],
+) -> None:
     print(
         f"\ntools/call of a small upstream tool: {args.calls} sequential calls; "
-        f"{args.clients} clients x {args.per_client} calls concurrently"
+        f"{args.clients} clients x {args.per_client} calls concurrently; median of {args.rounds} round(s)"
     )
-    others = labels[1:]
-    header = "".join(f" {label:>10} {'ratio':>7}" for label in others)
-    print(f"{'protocol':<12} {'metric':<22} {'direct':>10}{header}  target")
-    for mode in args.modes:
-        d = results[f"direct/{mode}"]
-        era = "2026-07-28" if mode == "auto" else "2025-11-25"
-        for metric, key, fmt, target, ratio in (
-            ("p50 latency (ms)", "p50", ".2f", "<= 1.3x", lambda m, d: m / d),
-            ("p99 latency (ms)", "p99", ".2f", "", lambda m, d: m / d),
-            (f"calls/s, {args.clients} clients", "rate", ".0f", ">= 0.9x", lambda m, d: m / d),
-        ):
-            cells = "".join(
-                f" {results[f'{label}/{mode}'][key]:>10{fmt}} {ratio(results[f'{label}/{mode}'][key], d[key]):>6.2f}x"
-                for label in others
+    targets = {
+        ("stdio", "p50"): "<= 1.3x",
+        ("stdio", "rate"): ">= 0.8x",
+        ("http", "p50"): "<= 1.5x",
+    }
+    for upstream_kind, found in paths.items():
+        labels = [path.label for path in found]
+        others = labels[1:]
+        header = "".join(f" {label:>9} {'ratio':>6}" for label in others)
+        print(f"\n{upstream_kind} upstream")
+        print(f"{'protocol':<11} {'metric':<21} {'direct':>8}{header}  target")
+        for mode in args.modes:
+            direct = median_of(results[(upstream_kind, mode, "direct")])
+            for metric, key, fmt in (
+                ("p50 latency (ms)", "p50", ".2f"),
+                ("p99 latency (ms)", "p99", ".2f"),
+                (f"calls/s, {args.clients} clients", "rate", ".0f"),
+            ):
+                cells = ""
+                for label in others:
+                    value = median_of(results[(upstream_kind, mode, label)])[key]
+                    cells += f" {value:>9{fmt}} {value / direct[key]:>5.2f}x"
+                target = targets.get((upstream_kind, key), "") if mode == "auto" else ""
+                print(f"{ERAS[mode]:<11} {metric:<21} {direct[key]:>8{fmt}}{cells}  {target}")
+    print("\nCPU per call in the sequential run (ms), by process (the frontend's: mcpvisor's own work)")
+    print(
+        f"{'upstream':<9} {'protocol':<11} {'path':<9} {'client':>7} {'frontend':>9} {'worker':>7} {'upstream':>9} {'total':>7}"
+    )
+    for upstream_kind, found in paths.items():
+        for mode in args.modes:
+            for path in found:
+                row = median_of(cpu[(upstream_kind, mode, path.label)])
+                cells = [f"{row[name]:>{width}.2f}" if name in row else f"{'-':>{width}}" for name, width in _COLUMNS]
+                total = sum(row.values())
+                print(f"{upstream_kind:<9} {ERAS[mode]:<11} {path.label:<9} {' '.join(cells)} {total:>7.2f}")
+    print("\ntargets (2026-07-28 unless said)")
+    for line in verdicts(args, paths, results, cpu):
+        print(line)
+    for path in sorted(args.profile.glob("frontend-*.txt")) if args.profile else ():
+        print(f"\n{path.name}: share of samples (on the stack / at its top)")
+        for frame, anywhere, top in hottest(path):
+            print(f"{anywhere:>6.1%} {top:>6.1%}  {frame}")
+
+
+def verdicts(
+    args: argparse.Namespace,
+    paths: dict[str, list[Path_]],
+    results: dict[tuple[str, str, str], list[dict[str, float]]],
+    cpu: dict[tuple[str, str, str], list[dict[str, float]]],
+) -> list[str]:
+    """One line per target: what was measured, the target, and whether it was met."""
+
+    def of(kind: str, mode: str, label: str, key: str) -> float | None:
+        runs = results.get((kind, mode, label))
+        return median_of(runs)[key] if runs else None
+
+    lines = []
+
+    def check(text: str, now: float | None, then: float | None, limit: float, at_most: bool) -> None:
+        if now is None or then is None:
+            return
+        ratio = now / then
+        met = ratio <= limit if at_most else ratio >= limit
+        sign = "<=" if at_most else ">="
+        lines.append(f"{text:<58} {ratio:>5.2f}x  {sign} {limit}x  {'met' if met else 'NOT met'}")
+
+    auto = "auto" if "auto" in args.modes else None
+    if auto:
+        check("stdio p50, mcpvisor / direct over stdio", *_pair(of, "stdio", auto, "p50"), 1.3, True)
+        check("stdio calls/s, mcpvisor / direct over stdio", *_pair(of, "stdio", auto, "rate"), 0.8, False)
+        if "http" in paths and "stdio" in paths:
+            # The baseline the figures before this bench were taken against: the same echo server,
+            # reached directly over streamable HTTP.
+            check(
+                "stdio p50, mcpvisor / the echo server direct over HTTP",
+                of("stdio", auto, "mcpvisor", "p50"),
+                of("http", auto, "direct", "p50"),
+                1.3,
+                True,
             )
-            print(f"{era:<12} {metric:<22} {d[key]:>10{fmt}}{cells}  {target}")
-    # Where a call's time goes: on a machine with few cores every process of the chain competes
-    # for them, so the sum bounds throughput and the chain's length shows in latency. FastMCP's
-    # proxy is one process: its CPU shows under "frontend".
-    print("\nCPU per call in the sequential run (ms), by process")
-    print(f"{'protocol':<12} {'path':<10} {'client':>8} {'frontend':>9} {'worker':>8} {'upstream':>9} {'total':>8}")
-    for mode in args.modes:
-        era = "2026-07-28" if mode == "auto" else "2025-11-25"
-        for label in labels:
-            row = cpu[f"{label}/{mode}"]
-            cells = [f"{row[name]:>{width}.2f}" if name in row else f"{'-':>{width}}" for name, width in _COLUMNS]
-            print(f"{era:<12} {label:<10} {' '.join(cells)} {sum(row.values()):>8.2f}")
+            check(
+                "stdio calls/s, mcpvisor / the echo server direct over HTTP",
+                of("stdio", auto, "mcpvisor", "rate"),
+                of("http", auto, "direct", "rate"),
+                0.8,
+                False,
+            )
+        check("http p50, mcpvisor / direct", *_pair(of, "http", auto, "p50"), 1.5, True)
+    if args.before:
+        for kind in paths:
+            for mode in args.modes:
+                now = median_of(cpu[(kind, mode, "mcpvisor")])["frontend"]
+                then = median_of(cpu[(kind, mode, "before")])["frontend"]
+                check(f"{kind} {ERAS[mode]} frontend CPU per call, this build / before", now, then, 0.5, True)
+        if "legacy" in args.modes:
+            for kind in paths:
+                now, then = of(kind, "legacy", "mcpvisor", "p50"), of(kind, "legacy", "before", "p50")
+                check(f"{kind} 2025-11-25 p50, this build / before", now, then, 1.0, True)
+                now, then = of(kind, "legacy", "mcpvisor", "rate"), of(kind, "legacy", "before", "rate")
+                check(f"{kind} 2025-11-25 calls/s, this build / before", now, then, 1.0, False)
+    return lines
 
-    for mode in args.modes if args.profile else ():
-        era = "2026-07-28" if mode == "auto" else "2025-11-25"
-        path = args.profile / f"frontend-{era}.txt"
-        if path.exists():
-            print(f"\nfrontend, {era}: share of samples (on the stack / at its top), {path}")
-            for frame, anywhere, top in hottest(path):
-                print(f"{anywhere:>6.1%} {top:>6.1%}  {frame}")
+
+def _pair(of: Any, kind: str, mode: str, key: str) -> tuple[float | None, float | None]:
+    return of(kind, mode, "mcpvisor", key), of(kind, mode, "direct", key)
 
 
-_COLUMNS = (("client", 8), ("frontend", 9), ("worker", 8), ("upstream", 9))
+_COLUMNS = (("client", 7), ("frontend", 9), ("worker", 7), ("upstream", 9))
 
 
 if __name__ == "__main__":
@@ -277,6 +428,7 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--per-client", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=1, help="measure everything this many times, interleaved")
     parser.add_argument(
         "--modes",
         nargs="+",
@@ -284,6 +436,8 @@ if __name__ == "__main__":
         choices=["auto", "legacy"],
         help="client protocol: auto (2026-07-28) and/or legacy (handshake era)",
     )
+    parser.add_argument("--upstreams", nargs="+", default=["stdio", "http"], choices=["stdio", "http"])
+    parser.add_argument("--before", help="the python of another mcpvisor build to measure beside this one")
     parser.add_argument("--peer", action="store_true", help="also measure FastMCP's proxy on the same upstream")
     parser.add_argument("--profile", type=Path, help="sample the frontend with py-spy into this folder")
     args = parser.parse_args()

@@ -73,7 +73,7 @@ async def test_the_memory_watchdog_kills_where_no_cgroup_is_used(tmp_path: Path)
         except MCPError as exc:
             assert "memory limit (200 MiB)" in str(exc)
         with trio.fail_after(30):
-            while "over its 200 MiB limit: killing it" not in stack.log(f"{log_stem('shell')}.worker.log"):
+            while "memory limit (200 MiB): killing it" not in stack.log(f"{log_stem('shell')}.worker.log"):
                 await trio.sleep(0.1)
         # The status says why while the upstream is down; then it is back, by its restart policy.
         reasons = set()

@@ -56,7 +56,9 @@ class Person:
         self.browser = httpx2.AsyncClient(timeout=30, cookies={"user": name})
 
     @asynccontextmanager
-    async def client(self, path: str = "/mcp/direct", *, url_elicitation: bool = False) -> AsyncIterator[Client]:
+    async def client(
+        self, path: str = "/mcp/direct", *, url_elicitation: bool = False, mode: str = "legacy"
+    ) -> AsyncIterator[Client]:
         async def elicit(_ctx: Any, params: Any) -> types.ElicitResult:
             self.elicited.append(params)
             return types.ElicitResult(action="accept")
@@ -67,7 +69,7 @@ class Person:
             elif isinstance(message, types.ElicitCompleteNotification):
                 self.notices.append(f"elicitation complete {message.params.elicitation_id}")
 
-        extra: dict[str, Any] = {"mode": "legacy", "message_handler": on_message}
+        extra: dict[str, Any] = {"mode": mode, "message_handler": on_message}
         if url_elicitation:
             extra["elicitation_callback"] = elicit
         async with (
@@ -211,6 +213,31 @@ async def test_alice_connects_her_own_account_and_bob_still_sees_only_his_login_
         assert activity(stack) == [("alice", "remote", "login", "tenant"), ("alice", "remote", "logout", "operator")]
         for person in (alice, bob):
             await person.browser.aclose()
+
+
+async def test_a_tenant_logs_in_from_a_current_client(tmp_path: Path) -> None:
+    """The same login driven by a 2026-07-28 client: the SDK's `Client` in its default mode."""
+    async with logins_stack(tmp_path, enable_server_endpoints=True) as (stack, _upstream, tokens):
+        alice = Person("alice", stack, tokens["alice"])
+        async with alice.client(mode="auto") as client:
+            assert client.protocol_version == "2026-07-28"
+            await wait_tools(client, lambda names: "remote:login" in names)
+            # Any tool of the waiting server answers with a link; the login tool itself is no failure.
+            refused = await client.call_tool("remote:whoami", {})
+            assert refused.is_error and "did not run" in refused.content[0].text
+            result = await client.call_tool("remote:login", {})
+            assert not result.is_error
+            link = login_link(result)
+            assert link.startswith(f"{stack.base_url}/oauth/start/")
+            page = await alice.open(await alice.authorize(link))
+            assert page.status_code == 200 and "connected for alice" in page.text, page.text
+            await wait_tools(client, lambda names: "remote:whoami" in names)
+            answer = await client.call_tool("remote:whoami", {})
+            assert not answer.is_error and answer.content[0].text == "you are alice"
+        # On the server's own endpoint, too, a current client calls its tools once logged in.
+        async with alice.client("/mcp/servers/remote", mode="auto") as alone:
+            assert (await alone.call_tool("whoami", {})).content[0].text == "you are alice"
+        await alice.browser.aclose()
 
 
 async def test_login_links_are_single_use_expire_and_bind_only_the_browser_that_opened_them(tmp_path: Path) -> None:

@@ -267,6 +267,8 @@ async def test_the_pools_script_processes_run_in_that_sandbox(host: Host) -> Non
         assert "mcpvisor.workers.sandbox" in seen["cmdline"]
         status = seen["status"]
         assert status["NoNewPrivs"] == "1" and status["CapEff"] == "0000000000000000"
+        # The filter every upstream's sandbox has (runtime.seccomp), loaded by bwrap.
+        assert status["Seccomp"] == "2" and int(status["Seccomp_filters"]) >= 1
         assert status["Uid"].split()[0] != "0"
         expected_env = script_runner.environment(sys.executable)
         assert seen["environ"] == [f"{key}={value}".encode() for key, value in expected_env.items()] + [b"PWD=/"]

@@ -20,6 +20,8 @@ from mcpvisor.supervisor import config as config_mod
 from mcpvisor.supervisor.supervisor import hidden_paths
 from mcpvisor.wire import sandboxing
 from mcpvisor.workers import confine, limits
+from tests.support import sandboxes
+from tests.support.sandboxes import TEST_UID
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="system package missing: bubblewrap")
 
@@ -44,6 +46,8 @@ def plan_for(config_path: Path, worker: str) -> sandboxing.SandboxPlan:
         config.tenants.get(tenant) if tenant else None,
         data_dir=str(data_dir),
         hidden=hidden,
+        writable=sandboxing.writable_places(config.mcpvisor, config.servers, config.tenants),
+        uid=TEST_UID if os.geteuid() == 0 else None,
     )
     assert found is not None
     return found
@@ -52,9 +56,7 @@ def plan_for(config_path: Path, worker: str) -> sandboxing.SandboxPlan:
 def run_in(plan: sandboxing.SandboxPlan, worker: str, script: str, *, stdin: str = "") -> str:
     """What a shell in the sandbox prints (stdout and stderr)."""
     confined = confine.confine(plan, worker, "/bin/sh", ["-c", script], {}, None)
-    done = subprocess.run(
-        confined.argv, env=confined.env, input=stdin, capture_output=True, text=True, timeout=60, check=False
-    )
+    done = sandboxes.run(confined, input=stdin)
     return done.stdout + done.stderr
 
 
@@ -181,7 +183,7 @@ def test_a_tool_installed_in_a_home_runs_without_showing_the_home(
     plan = plan_for(config, "tool")
     for command in (home / "bin" / "mytool", home / ".local" / "bin" / "srv"):
         confined = confine.confine(plan, "tool", str(command), [], {}, None)
-        done = subprocess.run(confined.argv, env=confined.env, capture_output=True, text=True, timeout=60, check=False)
+        done = sandboxes.run(confined)
         seen = done.stdout + done.stderr
         assert f"ran {command}" in seen, seen
         assert "PRIVATE-KEY" not in seen and ".ssh" not in seen.splitlines(), seen
@@ -209,6 +211,7 @@ def test_what_the_upstream_can_write_never_chooses_its_next_binds(tmp_path: Path
         (Path("/bin/sh"), [str(alice / "run"), str(alice / "script.sh")]),
     ):
         confined = confine.confine(plan, "tool", str(command), [str(a) for a in args], {}, None)
+        confined.close()
         assert not any(str(bob) in arg for arg in confined.argv[: confined.argv.index("--")]), confined.argv
     seen = run_in(plan, "tool", f"{venv}/bin/tool")
     assert "ran" in seen and "BOB-DATA" not in seen, seen
@@ -234,18 +237,32 @@ async def test_the_watchdog_counts_what_tmp_and_shm_hold(tmp_path: Path) -> None
     # Each below the limit, together above it; the processes themselves hold next to nothing.
     script = "head -c 40M /dev/zero > /tmp/a && head -c 40M /dev/zero > /dev/shm/b && echo full && exec sleep 600"
     confined = confine.confine(plan, "tool", "/bin/sh", ["-c", script], {}, None)
-    process = subprocess.Popen(confined.argv, env=confined.env, stdout=subprocess.PIPE)
-    try:
+    with sandboxes.popen(confined, stdout=subprocess.PIPE) as process:
         assert process.stdout is not None
         assert await trio.to_thread.run_sync(process.stdout.readline) == b"full\n"
-        assert limits.tree_rss(process.pid) < 64 * limits.MIB
-        watchdog = limits.Watchdog(64 * limits.MIB)
+        assert limits.private_memory(limits.tree_pids(process.pid)) < 64 * limits.MIB
+        watchdog = limits.Watchdog.for_plan(plan, memory=True)
         with trio.fail_after(60):
             await watchdog.watch(process.pid, process.kill)
-        assert watchdog.fired
+        assert watchdog.fired and "memory limit (64 MiB)" in watchdog.reason
         assert process.wait(timeout=60) != 0
-    finally:
-        process.kill()
-        process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        process.stdout.close()
+
+
+def test_a_read_only_bind_inside_a_writable_one_is_refused_not_mounted_writable(tmp_path: Path) -> None:
+    """bwrap mounted every `ro` before every `rw`: one nested in a writable bind came out writable."""
+    work = tmp_path / "work"
+    (work / "policy").mkdir(parents=True)
+    readable_tree(work)
+    config = write_config(
+        tmp_path, {"tool": {"command": "/bin/sh", "sandbox": {"rw": [str(work)], "ro": [f"{work}/policy"]}}}
+    )
+    with pytest.raises(confine.SandboxError, match=r"policy lies inside the writable bind .*work"):
+        run_in(plan_for(config, "tool"), "tool", "true")
+    # In a read-only bind, a writable one is mounted after its parent and keeps its mode.
+    (work / "policy").chmod(0o777)  # the sandbox's uid may write there; only the mount may refuse it
+    config = write_config(
+        tmp_path, {"tool": {"command": "/bin/sh", "sandbox": {"ro": [str(work)], "rw": [f"{work}/policy"]}}}
+    )
+    seen = run_in(plan_for(config, "tool"), "tool", f"touch {work}/policy/ok && echo inner-writable; touch {work}/no")
+    assert "inner-writable" in seen and "Read-only file system" in seen, seen

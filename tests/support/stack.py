@@ -231,8 +231,13 @@ def launch_stack(
     cwd: Path | None = None,
     tables: Mapping[str, Any] | None = None,
     port: int | None = None,
+    python: str = sys.executable,
 ) -> Stack:
-    """Write a config under `tmp_path` and start `mcpvisor serve` on it; returns at once, not waiting for it."""
+    """Write a config under `tmp_path` and start `mcpvisor serve` on it; returns at once, not waiting for it.
+
+    `python`: the interpreter (and so the mcpvisor installed with it) to run, for a bench that
+    compares two builds.
+    """
     port = port or free_port()
     data_dir = tmp_path / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +251,7 @@ def launch_stack(
     process_env.pop("RUNTIME_DIRECTORY", None)
     with open(data_dir / "supervisor.out", "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config_path)],
+            [python, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config_path)],
             stdout=out,
             stderr=out,
             env=process_env,
@@ -280,12 +285,15 @@ async def open_stack(
     cwd: Path | None = None,
     tables: Mapping[str, Any] | None = None,
     port: int | None = None,
+    python: str = sys.executable,
 ) -> AsyncIterator[Stack]:
     """Write a config, run `mcpvisor serve` on it, wait for the servers, and stop it afterwards.
 
     `port`: listen there rather than on a free port picked here, for configs that name their own URL.
     """
-    stack = launch_stack(tmp_path, servers, settings=settings, env=env, cwd=cwd, tables=tables, port=port)
+    stack = launch_stack(
+        tmp_path, servers, settings=settings, env=env, cwd=cwd, tables=tables, port=port, python=python
+    )
     try:
         await wait_stack(stack, _enabled(servers) if wait_for is None else wait_for)
         yield stack

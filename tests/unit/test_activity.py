@@ -89,17 +89,10 @@ def test_arguments_and_results_are_kept_only_when_asked_and_then_redacted() -> N
 def test_trace_context_comes_from_meta_else_headers_and_junk_is_dropped() -> None:
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
-    class Request:
-        headers = {"traceparent": parent, "tracestate": "h=1"}
+    headers = {"traceparent": parent, "tracestate": "h=1"}
 
-    class Ctx:
-        request = Request()
-
-    class Call:
-        ctx = Ctx()
-
-    assert trace_context(None, {"_meta": {"traceparent": parent, "tracestate": "m=1"}}) == (parent, "m=1")
-    assert trace_context(Call(), {"_meta": {}}) == (parent, "h=1")
-    assert trace_context(None, {"_meta": {"traceparent": "not-a-trace\nforged"}}) == ("", "")
-    assert trace_context(None, {"_meta": {"traceparent": parent + "\n"}}) == ("", "")
-    assert trace_context(None, {}) == ("", "")
+    assert trace_context({"traceparent": parent, "tracestate": "m=1"}, {}) == (parent, "m=1")
+    assert trace_context({}, headers) == (parent, "h=1")
+    assert trace_context({"traceparent": "not-a-trace\nforged"}, {}) == ("", "")
+    assert trace_context({"traceparent": parent + "\n"}, {}) == ("", "")
+    assert trace_context({}, {}) == ("", "")

@@ -143,3 +143,31 @@ def test_tmp_and_shm_are_writable_by_all_and_bounded_in_size() -> None:
         at = argv.index(point)
         assert argv[at - 5 : at] == ["--size", str(64 << 20), "--perms", "1777", "--tmpfs"]
     assert "--size" not in bwrap_argv(SandboxSpec(system=SYSTEM), ["x"], privileged=True)
+
+
+def test_nested_binds_are_mounted_parent_first_whatever_order_they_came_in() -> None:
+    spec = SandboxSpec(
+        binds=(
+            Bind(source="/srv/shared/scratch", writable=True),
+            Bind(source="/srv/shared"),
+            Bind(source="/srv/shared/scratch/deep", fd=7),
+        ),
+    )
+    argv = bwrap_argv(spec, ["x"], privileged=True)
+    mounts = [(arg, argv[i + 1], argv[i + 2]) for i, arg in enumerate(argv) if arg.endswith(("bind", "bind-fd"))]
+    assert mounts == [
+        ("--ro-bind", "/srv/shared", "/srv/shared"),
+        ("--bind", "/srv/shared/scratch", "/srv/shared/scratch"),
+        # Handed as the fd mcpvisor opened: what bwrap mounts is what was checked.
+        ("--ro-bind-fd", "7", "/srv/shared/scratch/deep"),
+    ]
+
+
+def test_the_filter_the_user_namespace_lock_and_the_network_wait_are_passed() -> None:
+    spec = SandboxSpec(seccomp_fd=5, block_fd=6, files=((8, "/etc/resolv.conf"),), own_ipc=False)
+    unprivileged = bwrap_argv(spec, ["x"], privileged=False)
+    assert "--disable-userns" in unprivileged and "--unshare-ipc" not in unprivileged
+    assert pairs(unprivileged, "--seccomp") == [("5",)] and pairs(unprivileged, "--block-fd") == [("6",)]
+    assert pairs(unprivileged, "--ro-bind-data", 2) == [("8", "/etc/resolv.conf")]
+    # As root there is no user namespace to lock: the filter refuses new ones.
+    assert "--disable-userns" not in bwrap_argv(spec, ["x"], privileged=True)

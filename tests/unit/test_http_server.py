@@ -11,6 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.exceptions
 import h11
 import pytest
 import trio
@@ -390,3 +393,43 @@ async def test_a_flood_of_empty_lines_is_refused_and_the_listener_serves_others(
             assert (await client.answer())[0].status_code == 200
     assert [seen["path"] for seen in app.seen] == (["/mcp/first"] if before else []) + ["/mcp/next"]
     assert server.handed_over == 1
+
+
+async def _h2c(port: int) -> tuple[trio.SocketStream, h2.connection.H2Connection]:
+    """A connection upgraded to HTTP/2 (h2c) by its first request, as a client that speaks it."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    settings = conn.initiate_upgrade_connection().decode()
+    await stream.send_all(
+        "GET /mcp/upgrade HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        f"Upgrade: h2c\r\nHTTP2-Settings: {settings}\r\n\r\n".encode()
+    )
+    head = b""
+    with trio.fail_after(10):
+        while b"\r\n\r\n" not in head:
+            head += await stream.receive_some(65536)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    conn.receive_data(head.split(b"\r\n\r\n", 1)[1])
+    return stream, conn
+
+
+async def test_an_oversized_http2_header_block_gets_goaway_and_the_connection_is_not_reset() -> None:
+    """The client goes on sending after its header block was refused: it still reads the GOAWAY,
+    then the end of the connection, never a reset that would destroy it."""
+    async with listening(Recorder()) as (_server, port):
+        for _ in range(3):
+            stream, conn = await _h2c(port)
+            headers = [(":method", "POST"), (":path", "/mcp"), (":scheme", "http"), (":authority", "127.0.0.1")]
+            conn.send_headers(3, [*headers, ("x-big", "a" * 100_000)])
+            frames: set[str] = set()
+            async with stream:
+                with trio.fail_after(30):
+                    await stream.send_all(conn.data_to_send())
+                    await trio.sleep(0.3)  # refused by now: what follows is unread when it closes
+                    for _ in range(64):
+                        await stream.send_all(b"\x00" * 16384)
+                    while data := await stream.receive_some(65536):
+                        with contextlib.suppress(h2.exceptions.ProtocolError):
+                            for event in conn.receive_data(data):
+                                frames.add(type(event).__name__)
+            assert frames & {"ConnectionTerminated", "StreamReset"}, frames

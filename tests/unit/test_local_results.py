@@ -1,4 +1,4 @@
-"""A local tool's result on the short paths is shaped exactly as the SDK's serializer shapes it."""
+"""A local tool's result is shaped for each protocol version exactly as the SDK's serializer shapes it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import msgspec
 import pytest
 from mcp_types.methods import serialize_server_result
 
-from mcpvisor.frontend.endpoints.fastpath import shaped_result
+from mcpvisor.frontend.endpoints.eras import local_tool_result
 from mcpvisor.frontend.tool_args import error_result, json_result, text_result
 
 RESULTS: list[dict[str, Any]] = [
@@ -27,9 +27,10 @@ RESULTS: list[dict[str, Any]] = [
 @pytest.mark.parametrize("result", RESULTS)
 def test_local_results_are_shaped_as_the_sdk_shapes_them(version: str, result: dict[str, Any]) -> None:
     expected = serialize_server_result("tools/call", version, dict(result))
-    shaped = shaped_result(version, dict(result))
-    assert msgspec.json.decode(msgspec.json.encode(shaped)) == msgspec.json.decode(msgspec.json.encode(expected))
+    shaped = local_tool_result(version, dict(result))
+    assert shaped is not None
+    assert msgspec.json.decode(shaped) == msgspec.json.decode(msgspec.json.encode(expected))
 
 
 def test_a_result_the_sdk_would_refuse_is_none() -> None:
-    assert shaped_result("2025-11-25", {"content": "not a list"}) is None
+    assert local_tool_result("2025-11-25", {"content": "not a list"}) is None

@@ -208,3 +208,43 @@ async def test_a_tenants_login_waits_for_its_link_then_for_the_browser(tmp_path:
         mock_clock.jump(3600 + LOGIN_AFTER_OPENING + 1)
         await trio.testing.wait_all_tasks_blocked()
         assert not desk.pending and failures == ["the login was not completed in time; start it again"]
+
+
+async def test_a_login_replaced_before_its_link_is_ready_is_not_reported_as_connected(tmp_path: Path) -> None:
+    """A tenant who asks for the login link twice at once: the first answer is not "connected"."""
+    handler, _ = upstream("http://127.0.0.1:9")
+    discovery_open = trio.Event()
+
+    async def slow_discovery(request: httpx2.Request) -> httpx2.Response:
+        if "oauth-authorization-server" in str(request.url):
+            await discovery_open.wait()
+        return handler(request)
+
+    auth = UpstreamAuth("http://127.0.0.1:9/mcp", oauth_store.FileRecord(tmp_path / "login.json"), None, lambda _: None)
+    desk = LoginDesk(
+        "alice/remote",
+        auth,
+        lambda: None,
+        lambda _: None,
+        http=lambda: httpx2.AsyncClient(transport=httpx2.MockTransport(slow_discovery)),
+    )
+    answers: dict[str, object] = {}
+
+    async def start(name: str, binding: str) -> None:
+        try:
+            answers[name] = await desk.start(REDIRECT, nursery, binding=binding, link_ttl=60)
+        except LoginError as exc:
+            answers[name] = exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(start, "first", "b1")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(start, "second", "b2")  # replaces the first before its link is ready
+        await trio.testing.wait_all_tasks_blocked()
+        discovery_open.set()
+        with trio.fail_after(10):
+            while "second" not in answers:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert isinstance(answers["first"], LoginError) and "replaced" in str(answers["first"]), answers["first"]
+    assert isinstance(answers["second"], dict) and answers["second"]["url"], answers["second"]

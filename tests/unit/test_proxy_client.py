@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 import mcp_types as types
@@ -21,7 +22,6 @@ from mcpvisor.client import (
     tool_result_as_resource_result,
 )
 from mcpvisor.frontend.tools.proxy_tool import run_proxy
-from mcpvisor.frontend.unsieved import KeepUnsieved, keep
 from mcpvisor.wire.proxy import PROXY_TOOL, PROXY_TOOL_NAME, ProxyError
 
 
@@ -95,9 +95,33 @@ class FakeBackend:
         return {"description": "Greet someone", "messages": [message]}
 
 
-# The SDK checks every result against the negotiated revision's schema and drops the keys that
-# schema does not name, among them the proxy's annotations and `contentType`: the frontend's
-# `KeepUnsieved` middleware puts back what the proxy handler noted with `keep`, as it does on the wire.
+# The SDK's server checks every result against the negotiated revision's schema and drops the keys
+# that schema does not name, among them the proxy's annotations and `contentType`. mcpvisor's engine
+# passes a result's content through as it is: `KeepUnsieved` makes this stand-in server do the same.
+_kept: ContextVar[dict[str, Any] | None] = ContextVar("_kept", default=None)
+
+
+def keep(result: dict[str, Any]) -> dict[str, Any]:
+    """Note `result` as what this request answers, as mcpvisor sends it."""
+    if (slot := _kept.get()) is not None:
+        slot["result"] = result
+    return result
+
+
+class KeepUnsieved:
+    """Server middleware: after the SDK's check, put back the values of a result noted with `keep`."""
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        slot: dict[str, Any] = {}
+        token = _kept.set(slot)
+        try:
+            checked = await call_next(ctx)
+        finally:
+            _kept.reset(token)
+        original = slot.get("result")
+        if original is None or not isinstance(checked, dict):
+            return checked
+        return {key: (value if key == "_meta" else original.get(key, value)) for key, value in checked.items()}
 
 
 def build_server(

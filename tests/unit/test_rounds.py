@@ -16,8 +16,8 @@ from mcpvisor.wire.errors import ErrorCode, WireError
 class Call:
     """Stands for a ClientCall: what Rounds touches of it."""
 
-    def __init__(self, ctx: str = "round 1") -> None:
-        self.ctx = ctx
+    def __init__(self, request: str = "round 1") -> None:
+        self.request = request
         self.rounds: Any = None
 
 
@@ -32,7 +32,7 @@ async def test_each_question_is_a_round_and_the_answers_reach_the_upstream(nurse
         assert params == {"name": "t"}
         answers.append(await call.rounds.ask("elicitation/create", {"message": "colour?"}))
         answers.append(await call.rounds.ask("sampling/createMessage", {"messages": []}))
-        seen_ctx.append(call.ctx)
+        seen_ctx.append(call.request)
         return b'{"content": []}'
 
     first = await rounds.forward(request, "ev", "tools/call", {"name": "t"}, Call())

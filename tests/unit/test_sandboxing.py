@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from mcpvisor.wire.config import SandboxConfig, ServerConfig, Settings, TenantConfig
-from mcpvisor.wire.sandboxing import UID_FLOOR, describe, home_dir, plan, refused_bind, sandbox_uid
+from mcpvisor.wire.sandboxing import describe, home_dir, plan, refused_bind, writable_places
 
 STDIO = ServerConfig(command="server")
 REMOTE = ServerConfig(url="https://example.com/mcp")
@@ -28,12 +28,45 @@ def test_always_on_for_a_tenants_server_and_never_for_a_remote_one() -> None:
 
 def test_defaults_and_the_tenants_limits_win() -> None:
     base = plan("alice/x", Settings(), STDIO, TenantConfig(), data_dir="/d")
-    assert base is not None and (base.memory_mb, base.max_processes, base.network) == (1024, 256, True)
+    assert base is not None
+    # A tenant's: its own outbound network, one core, a 1 GiB home, limits by the kernel.
+    assert (base.memory_mb, base.max_processes, base.network, base.cpu, base.home_mb, base.limits) == (
+        1024,
+        256,
+        "outbound",
+        1.0,
+        1024,
+        "cgroup",
+    )
     server = ServerConfig(command="x", sandbox=SandboxConfig(memory_mb=512, network=False, cpu=0.5))
     tenant = TenantConfig(sandbox=SandboxConfig(memory_mb=256, max_processes=32))
     merged = plan("alice/x", Settings(), server, tenant, data_dir="/d")
     assert merged is not None
-    assert (merged.memory_mb, merged.max_processes, merged.network, merged.cpu) == (256, 32, False, 0.5)
+    assert (merged.memory_mb, merged.max_processes, merged.network, merged.cpu) == (256, 32, "none", 0.5)
+
+
+def test_a_workstations_sandbox_keeps_the_hosts_network_unless_asked() -> None:
+    plain = plan("x", Settings(sandbox=True), STDIO, None, data_dir="/d")
+    assert plain is not None
+    assert (plain.network, plain.cpu, plain.home_mb, plain.limits) == ("host", None, None, "auto")
+    for value, network in ((True, "outbound"), ("outbound", "outbound"), ("host", "host"), (False, "none")):
+        chosen = plan("x", Settings(sandbox=SandboxConfig(network=value)), STDIO, None, data_dir="/d")
+        assert chosen is not None and chosen.network == network
+    # The operator opts a tenant into the host's network, or into the watchdog, explicitly.
+    tenant = TenantConfig(sandbox=SandboxConfig(network="host", limits="watchdog", private_networks=True))
+    opted = plan("alice/x", Settings(), STDIO, tenant, data_dir="/d")
+    assert opted is not None and (opted.network, opted.limits, opted.private_networks) == ("host", "watchdog", True)
+
+
+def test_every_writable_place_of_the_config_is_known_to_every_sandbox() -> None:
+    settings = Settings(sandbox=SandboxConfig(rw=["/srv/all"]))
+    servers = {"x": ServerConfig(command="x", sandbox=SandboxConfig(rw=["/srv/teams/{tenant}"])), "y": STDIO}
+    tenants = {"alice": TenantConfig(servers=["x"], sandbox=SandboxConfig(rw=["/home/alice/work"]))}
+    places = writable_places(settings, servers, tenants)
+    assert places == ["/srv/all", "/srv/teams/{tenant}", "/home/alice/work"]
+    # Bob's sandbox of `y` knows alice's places too: what she writes is never followed for him.
+    bob = plan("bob/y", settings, STDIO, TenantConfig(servers=["y"]), data_dir="/d", writable=places)
+    assert bob is not None and set(places) | {"/d/sandboxes"} == set(bob.writable)
 
 
 def test_tenant_templates_expand_only_for_tenants() -> None:
@@ -67,15 +100,8 @@ def test_binds_into_hidden_paths_are_refused() -> None:
     assert refused_bind("/var", sandbox) is None  # covers it: the hidden path is masked inside
 
 
-def test_uids_are_unprivileged_stable_and_inside_the_map() -> None:
-    uid = sandbox_uid("alice/shell")
-    assert uid >= UID_FLOOR and uid == sandbox_uid("alice/shell") and uid != sandbox_uid("bob/shell")
-    # A rootless container maps 65536 ids: the uid stays inside them, away from the low ones.
-    narrow = sandbox_uid("alice/shell", [(0, 1), (1, 65536)])
-    assert 32768 <= narrow < 65537
-
-
 def test_describe_says_what_it_allows() -> None:
-    shown = describe(plan("alice/x", Settings(), STDIO, TenantConfig(), data_dir="/d"))
+    shown = describe(plan("alice/x", Settings(), STDIO, TenantConfig(), data_dir="/d"), ["/srv/x: refused"])
     assert shown["enabled"] is True and shown["memory_mb"] == 1024 and "the data dir" in shown["never"]
+    assert str(shown["network"]).startswith("its own, outbound only") and shown["refused"] == ["/srv/x: refused"]
     assert describe(None) == {"enabled": False}

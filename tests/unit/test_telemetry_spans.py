@@ -8,17 +8,20 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import mcp_types as types
+import msgspec
 import pytest
 import trio
 import trio.testing
-from mcp.shared.exceptions import MCPError
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from mcpvisor.frontend import spans
+from mcpvisor.frontend.endpoints import handlers
+from mcpvisor.frontend.endpoints.engine import Call, Headers
+from mcpvisor.frontend.endpoints.rpc import RpcError
+from mcpvisor.frontend.endpoints.sessions import Session
 from mcpvisor.runtime import telemetry, telemetry_export
 from mcpvisor.wire.states import ProcessState
 from tests.unit.test_policy import Scenario, ScriptedSpawner, run_program
@@ -49,12 +52,32 @@ def parent_of(span: ReadableSpan) -> str:
 
 
 def request_ctx(method: str, params: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
-    """What the SDK's server hands its middleware, as much of it as the spans read."""
-    request = SimpleNamespace(headers=headers or {}, url=SimpleNamespace(path="/mcp"))
-    meta = params.get("_meta")
-    return SimpleNamespace(
-        method=method, params=params, meta=meta, request_id=7, protocol_version="2025-11-25", request=request
+    """A request as the engine's handlers see it, as much of it as the spans read."""
+    headers = headers or {}
+    session = headers.get("mcp-session-id")
+    call = Call(
+        id=7,
+        method=method,
+        params={key: msgspec.Raw(msgspec.json.encode(value)) for key, value in params.items()},
+        meta=params.get("_meta") or {},
+        version="2025-11-25",
+        capabilities={},
+        client_info={},
+        headers=Headers([(name.encode(), value.encode()) for name, value in headers.items()]),
+        session=Session(session, "", initialized=True) if session else None,
     )
+    return SimpleNamespace(call=call, params=params)
+
+
+async def serve(ctx: Any, handler: Any) -> bytes:
+    """Serve the request as the engine does (`handlers.served`), `handler` its endpoint's handler."""
+
+    async def handle(context: handlers.Context) -> Any:
+        return await handler(ctx)
+
+    identity = handlers.Identity(lambda: {"name": "test", "version": "0"}, lambda version: {})
+    table = handlers.Table("/mcp", {ctx.call.method: handle}, identity)
+    return await handlers.served(handlers.Context(ctx.call, table, None, carried={}))  # type: ignore[arg-type]
 
 
 # -- a request a short path answers: the door makes its span ---------------------------------------
@@ -109,21 +132,19 @@ def test_a_refusal_says_why_and_a_door_inside_the_door_adds_no_span(exported: In
     assert (span.attributes or {})["mcpvisor.tenant"] == "acme"
 
 
-# -- a request the SDK's server serves: the middleware makes its span -----------------------------
+# -- a request the engine serves: it makes the request's span ---------------------------------------
 
 
 async def test_a_direct_call_is_the_requests_own_span_and_a_built_in_tools_call_its_child(
     exported: InMemorySpanExporter,
 ) -> None:
-    middleware = spans.RequestSpans()
-
     async def direct(ctx: Any) -> Any:
         with spans.door("", "tools/call", "echo", "echo:echo", ctx.params, None, via="direct", worker="echo"):
             await trio.lowlevel.checkpoint()
-        return types.CallToolResult(content=[])
+        return {"content": []}
 
     ctx = request_ctx("tools/call", {"name": "echo:echo", "_meta": {"traceparent": PARENT}}, {"mcp-session-id": "s1"})
-    await middleware(ctx, direct)
+    await serve(ctx, direct)
     (served,) = exported.get_finished_spans()
     attributes = dict(served.attributes or {})
     assert (served.name, served.kind, parent_of(served)) == ("tools/call echo:echo", SpanKind.SERVER, CLIENT)
@@ -141,7 +162,7 @@ async def test_a_direct_call_is_the_requests_own_span_and_a_built_in_tools_call_
                 await trio.lowlevel.checkpoint()
         return {"content": [], "isError": True}
 
-    await middleware(request_ctx("tools/call", {"name": "code_execution"}), built_in)
+    await serve(request_ctx("tools/call", {"name": "code_execution"}), built_in)
     first, second, served = exported.get_finished_spans()
     assert served.name == "tools/call code_execution" and served.parent is None
     assert [(s.name, s.kind, parent_of(s)) for s in (first, second)] == [
@@ -154,10 +175,10 @@ async def test_a_direct_call_is_the_requests_own_span_and_a_built_in_tools_call_
 async def test_an_error_answer_gives_its_code_and_not_its_message(exported: InMemorySpanExporter) -> None:
     async def failing(ctx: Any) -> Any:
         await trio.lowlevel.checkpoint()
-        raise MCPError(code=-32602, message="Tool 'echo:echo': invalid value 'secret-argument'")
+        raise RpcError(-32602, "Tool 'echo:echo': invalid value 'secret-argument'")
 
-    with pytest.raises(MCPError):
-        await spans.RequestSpans()(request_ctx("tools/call", {"name": "echo:echo"}), failing)
+    with pytest.raises(RpcError):
+        await serve(request_ctx("tools/call", {"name": "echo:echo"}), failing)
     (span,) = exported.get_finished_spans()
     assert span.status.status_code is StatusCode.ERROR and span.status.description is None
     assert (span.attributes or {})["error.type"] == "-32602"
@@ -214,10 +235,10 @@ async def test_the_doors_reason_outlasts_the_error_answer_it_becomes(exported: I
             assert door is not None
             door.failed(-32000, gone, "upstream_gone", own=True)
         await trio.lowlevel.checkpoint()
-        raise MCPError(code=-32000, message=f"Tool 'echo:echo': {gone}")
+        raise RpcError(-32000, f"Tool 'echo:echo': {gone}")
 
-    with pytest.raises(MCPError):
-        await spans.RequestSpans()(request_ctx("tools/call", {"name": "echo:echo"}), killed)
+    with pytest.raises(RpcError):
+        await serve(request_ctx("tools/call", {"name": "echo:echo"}), killed)
     (span,) = exported.get_finished_spans()
     attributes = dict(span.attributes or {})
     assert (attributes["error.type"], attributes["rpc.response.status_code"]) == ("upstream_gone", "-32000")
