@@ -62,6 +62,7 @@ _T = TypeVar("_T")
 FRONTEND = "frontend"
 WORKER_PREFIX = "worker:"
 OPERATOR_TIMEOUT = 30.0  # seconds the frontend has to answer an operator's request
+FRONTEND_WAIT = 30.0  # right after start-up (or a restart) the frontend may still be on its way up
 # The frontend has no server table; these are its process policy.
 FRONTEND_POLICY = Policy(startsecs=1, startretries=10, backoff_max=30, stopwaitsecs=10)
 
@@ -612,7 +613,7 @@ class Supervisor:
         frontend = self.programs.get(FRONTEND)
         return str(frontend.state) if frontend is not None else "not started"
 
-    async def wait_frontend(self, timeout: float) -> bool:
+    async def wait_frontend(self, timeout: float = FRONTEND_WAIT) -> bool:
         """Wait (up to `timeout`) for a frontend on its way up; whether it serves."""
         frontend = self.programs.get(FRONTEND)
         on_its_way = (ProcessState.STARTING, ProcessState.BACKOFF, ProcessState.EXITED)
@@ -624,10 +625,17 @@ class Supervisor:
     async def ask_frontend(
         self, action: Action, name: str = "", tools: list[str] | None = None, *, reason: str = ""
     ) -> OperatorResult:
-        """Put an operator's request to the frontend, which holds the approvals; its answer."""
-        frontend = self.programs.get(FRONTEND)
+        """Put an operator's request to the frontend, which holds the approvals; its answer.
+
+        A frontend on its way up (it may already answer /healthz while its first report is under
+        way) is waited for, as `ctl login` does, rather than refused."""
+        if not await self.wait_frontend():
+            raise CommandError(
+                f"the frontend is not running ({self.frontend_state()}, see `mcpvisor ctl status`);"
+                " try again once it is"
+            )
         identity = self._frontend_identity
-        if frontend is None or frontend.state is not ProcessState.RUNNING or identity is None or self._control is None:
+        if identity is None or self._control is None:
             raise CommandError("the frontend is not running (see `mcpvisor ctl status`); try again once it is")
         request = OperatorRequest(
             id=next(self._operator_ids), action=action, name=name, tools=tools or [], reason=reason

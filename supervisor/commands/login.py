@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
 
 LOGIN_ANSWER_TIMEOUT = 45.0  # discovery and registration happen before the worker has a URL
-FRONTEND_WAIT = 30.0  # right after start-up the frontend may still be on its way up
 
 
 def _worker(sup: Supervisor, name: str) -> Program:
@@ -44,7 +43,7 @@ async def login(sup: Supervisor, args: Name) -> dict[str, Any]:
     """
     program = _worker(sup, args.name)
     # The browser comes back to the frontend: no URL before it can take the redirect.
-    if not await sup.wait_frontend(FRONTEND_WAIT):
+    if not await sup.wait_frontend():
         raise CommandError(
             f"the frontend, which takes the login's redirect at /oauth/callback, is not serving"
             f" ({sup.frontend_state()}); try again once `mcpvisor ctl status frontend` says RUNNING"

@@ -20,6 +20,7 @@ import pytest
 import tomli_w
 import trio
 
+from mcpvisor.supervisor.ctl import NoDaemon
 from tests.support.stack import (
     Stack,
     alive,
@@ -317,6 +318,24 @@ async def test_ctl_login_right_after_start_hands_out_a_url_only_once_the_fronten
             assert stack.status()["frontend"]["state"] == "RUNNING"
         finally:
             await stop_stack(stack)
+
+
+async def test_ctl_calls_right_after_start_waits_for_the_frontend_rather_than_refusing(tmp_path: Path) -> None:
+    """The supervisor answers before its frontend has reported: operator commands wait for it."""
+    stack = launch_stack(tmp_path, {"echo": echo_server()})
+    try:
+        with trio.fail_after(60):
+            while True:
+                try:
+                    reply = await trio.to_thread.run_sync(lambda: stack.control("calls", timeout=60))
+                    break
+                except NoDaemon:
+                    await trio.sleep(0.02)  # no control socket yet: the very first moment of serve
+        assert reply.ok and reply.result == [], reply
+        code, text = await stack.actl("calls", json_output=False)
+        assert code == 0 and "No calls are waiting" in text, text
+    finally:
+        await stop_stack(stack)
 
 
 async def test_a_stop_with_a_login_in_flight_and_a_proposal_pending_completes(tmp_path: Path) -> None:
