@@ -100,8 +100,7 @@ async def tenant_host(
     for path in (data, run):
         path.mkdir(exist_ok=True)
     port = free_port()
-    # The shell's tool is synchronous: while it makes a large result, its server answers no ping.
-    shell = python_server("shell_server.py", policy={"ping_timeout": 60})
+    shell = python_server("shell_server.py")
     servers = servers or {"shell": shell, "vault": echo_server("vault")}
     tenants = tenants or {"alice": {"servers": ["shell"]}, "bob": {"servers": ["vault"]}}
     config = base / "mcpvisor.toml"
