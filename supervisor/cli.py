@@ -70,6 +70,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (loaded := _load(args)) is None:
         return 2
     path, config = loaded
+    from mcpvisor.supervisor.policy_files import load_policies
+
+    try:
+        # Refused here with the file and line, before anything starts (and whether or not another
+        # instance runs: a broken file is the first thing to say).
+        load_policies(config, path)
+    except ConfigError as exc:
+        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
+        return 2
     if (problem := _sandbox_limits(config)) is not None:
         print(f"mcpvisor: {path}: {problem}", file=sys.stderr)
         return 1
@@ -91,13 +100,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logs.setup("supervisor", args.log_level or config.mcpvisor.log_level, structured=args.json_log, json_file=log_file)
     if (warning := trust.exposure_warning(config.mcpvisor, authenticated=config.authenticated)) is not None:
         logging.getLogger("mcpvisor.supervisor").warning("%s", warning)
-    from mcpvisor.supervisor.policy_files import load_policies
-
-    try:
-        load_policies(config, path)  # refused here with the file and line, before anything starts
-    except ConfigError as exc:
-        print(f"mcpvisor: config error: {exc}", file=sys.stderr)
-        return 2
     configstore.remove_stale_temp(path)
     # Before anything starts: the frontend and the workers inherit the variables the table sets.
     telemetry.apply_table(config.telemetry)
