@@ -57,7 +57,9 @@ def answer(request_id: object, result: object, id_last: bool) -> None:
 
 
 def fail(request_id: object, code: int, message: str) -> None:
-    write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}).encode() + b"\n")
+    write(
+        json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}).encode() + b"\n"
+    )
 
 
 def text(value: object) -> dict[str, object]:
