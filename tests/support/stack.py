@@ -241,14 +241,28 @@ def launch_stack(
     port = port or free_port()
     data_dir = tmp_path / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    # ipc:// paths are limited to ~100 bytes: keep the runtime dir short.
-    run_dir = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))
     config_path = tmp_path / "mcpvisor.toml"
     all_settings = {"listen": f"127.0.0.1:{port}", "enable_direct_endpoint": True, "data_dir": str(data_dir)}
     all_settings.update(settings or {})
     write_config(config_path, servers, all_settings, tables)
+    return serve_config(config_path, data_dir, port, env=env, cwd=cwd, python=python)
+
+
+def serve_config(
+    config_path: Path,
+    data_dir: Path,
+    port: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    python: str = sys.executable,
+) -> Stack:
+    """Start `mcpvisor serve` on a config as it is, in a runtime dir of its own; returns at once."""
+    # ipc:// paths are limited to ~100 bytes: keep the runtime dir short.
+    run_dir = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))
     process_env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), **(env or {})}
     process_env.pop("RUNTIME_DIRECTORY", None)
+    data_dir.mkdir(parents=True, exist_ok=True)
     with open(data_dir / "supervisor.out", "ab") as out:
         process = subprocess.Popen(
             [python, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config_path)],

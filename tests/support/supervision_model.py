@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from mcpvisor.supervisor.ctl import NoDaemon
-from tests.support.stack import UPSTREAMS, Stack, alive, free_port
+from tests.support.stack import UPSTREAMS, Stack, alive, free_port, serve_config
 
 SERVERS = ("alpha", "beta", "gamma")
 BEHAVIOURS = {
@@ -213,21 +213,7 @@ class SupervisionMachine(RuleBasedStateMachine):
 
     def _launch(self) -> Stack:
         """`mcpvisor serve` on the config as it is (launch_stack would write a new one)."""
-        run_dir = Path(tempfile.mkdtemp(prefix="mv", dir="/tmp"))  # ipc:// paths are short
-        env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir)}
-        env.pop("RUNTIME_DIRECTORY", None)
-        data_dir = self.tmp / "data"
-        data_dir.mkdir(exist_ok=True)
-        config = self.tmp / "mcpvisor.toml"
-        with open(data_dir / "supervisor.out", "ab") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-P", "-m", "mcpvisor.supervisor", "serve", "-c", str(config)],
-                stdout=out,
-                stderr=out,
-                env=env,
-                start_new_session=True,
-            )
-        return Stack(process, config, data_dir, run_dir / "mcpvisor", self.port, env)
+        return serve_config(self.tmp / "mcpvisor.toml", self.tmp / "data", self.port)
 
     def _start(self) -> None:
         stack = self._launch()

@@ -10,6 +10,7 @@ import time
 import trio
 
 from mcpvisor.runtime import lifetime
+from tests.support.stack import alive
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 # Ignores SIGTERM, and says so on stdout once it does (so the test knows the handler is in place).
@@ -81,13 +82,5 @@ async def test_stop_group_reaches_what_a_launcher_left_behind_in_its_group() -> 
         await launcher.wait()
     with trio.fail_after(10):
         await lifetime.stop_group(launcher, signal.SIGTERM, wait=5)
-        while _alive(left):
+        while alive(left):
             await trio.sleep(0.02)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
