@@ -180,10 +180,19 @@ class ConfigDiff:
     settings_changed: bool
 
     tenants_changed: bool = False
+    # [telemetry] is set up once per process, the supervisor's included: a change waits for a restart.
+    telemetry_changed: bool = False
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.changed or self.removed or self.settings_changed or self.tenants_changed)
+        return not (
+            self.added
+            or self.changed
+            or self.removed
+            or self.settings_changed
+            or self.tenants_changed
+            or self.telemetry_changed
+        )
 
 
 def _process_view(server: ServerConfig) -> ServerConfig:
@@ -204,6 +213,7 @@ def diff_configs(old: Config, new: Config) -> ConfigDiff:
         settings_changed=(old.mcpvisor, old.oauth, old.search, bool(old.tenants))
         != (new.mcpvisor, new.oauth, new.search, bool(new.tenants)),
         tenants_changed=old.tenants != new.tenants,
+        telemetry_changed=old.telemetry != new.telemetry,
     )
 
 

@@ -16,7 +16,11 @@ def diff_result(diff: ConfigDiff) -> dict[str, Any]:
         "changed": diff.changed,
         "removed": diff.removed,
         "settings_changed": diff.settings_changed,
+        "telemetry_changed": diff.telemetry_changed,
     }
+
+
+TELEMETRY_LATER = "[telemetry]: changed; it takes effect when mcpvisor restarts (every process sets it up once)"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -26,6 +30,8 @@ def render(result: dict[str, Any]) -> str:
     lines += [f"{name}: disappeared" for name in result["removed"]]
     if result["settings_changed"]:
         lines.append("[mcpvisor]: changed (the frontend restarts on update)")
+    if result.get("telemetry_changed"):
+        lines.append(TELEMETRY_LATER)
     return "\n".join(lines) or "No config updates to processes"
 
 

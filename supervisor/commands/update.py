@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mcpvisor.supervisor.commands import Args, command
-from mcpvisor.supervisor.commands.reread import diff_result
+from mcpvisor.supervisor.commands.reread import TELEMETRY_LATER, diff_result
 
 if TYPE_CHECKING:
     from mcpvisor.supervisor.supervisor import Supervisor
@@ -17,6 +17,8 @@ def render(result: dict[str, Any]) -> str:
     lines += [f"{name}: removed process group" for name in result["removed"]]
     if result["settings_changed"]:
         lines.append("frontend: restarted with the new [mcpvisor] settings")
+    if result.get("telemetry_changed"):
+        lines.append(TELEMETRY_LATER)
     return "\n".join(lines) or "No config updates to processes"
 
 

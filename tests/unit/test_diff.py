@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mcpvisor.supervisor.config import loads
+from mcpvisor.supervisor.commands.reread import diff_result
+from mcpvisor.supervisor.commands.reread import render as reread_render
+from mcpvisor.supervisor.commands.update import render as update_render
 from mcpvisor.supervisor.supervisor import diff_configs
 
 BEFORE = """\
@@ -115,3 +118,13 @@ def test_from_nothing_every_server_is_added_and_to_nothing_every_server_is_remov
     assert diff_configs(empty, full).added == ["files", "remote", "time"]
     assert diff_configs(full, empty).removed == ["files", "remote", "time"]
     assert not diff_configs(empty, full).settings_changed  # [mcpvisor] as written equals the defaults
+
+
+def test_a_telemetry_change_is_reported_as_waiting_for_a_restart() -> None:
+    after = BEFORE + '\n[telemetry]\nexporter = "otlp"\n'
+    diff = diff_configs(loads(BEFORE), loads(after))
+    assert diff.telemetry_changed and not diff.empty
+    assert (diff.added, diff.changed, diff.removed, diff.settings_changed) == ([], [], [], False)
+    shown = update_render(diff_result(diff))
+    assert shown == "[telemetry]: changed; it takes effect when mcpvisor restarts (every process sets it up once)"
+    assert reread_render(diff_result(diff)) == shown
