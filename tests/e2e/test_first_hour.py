@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import tomli_w
 import trio
@@ -288,7 +289,7 @@ def test_ctl_with_a_missing_or_broken_config_is_an_error_naming_it(tmp_path: Pat
     assert done.returncode == 2 and str(broken) in done.stderr
 
 
-async def test_ctl_calls_stay_off_the_console_and_status_columns_are_apart(tmp_path: Path) -> None:
+async def test_ctl_off_the_console_status_columns_apart_and_get_root_to_the_console(tmp_path: Path) -> None:
     servers = {"echo": echo_server(), "stuck": python_server("raw_server.py", "--hang-on-initialize")}
     async with open_stack(tmp_path, servers, wait_for=["echo"]) as stack:
         _, text = await stack.actl("status", json_output=False)
@@ -297,6 +298,11 @@ async def test_ctl_calls_stay_off_the_console_and_status_columns_are_apart(tmp_p
         assert "command status" not in stack.supervisor_output()
         # The event log in the data dir still has every command.
         assert '"command":"status"' in stack.log("supervisor.log").replace(" ", "")
+        # A browser pointed at the listener is sent on to the console; a program reads where things are.
+        async with httpx2.AsyncClient(base_url=stack.base_url) as http:
+            front = await http.get("/")
+        assert front.status_code == 302 and front.headers["location"] == "/ui/", front.text
+        assert front.json()["console"] == "/ui/" and front.json()["health"] == "/healthz"
 
 
 async def test_ctl_login_right_after_start_hands_out_a_url_only_once_the_frontend_serves(tmp_path: Path) -> None:
