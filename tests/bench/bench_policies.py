@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mcpvisor.frontend.gate.policy_gate import PolicyGate
 from mcpvisor.wire.config import PolicyConfig
 from mcpvisor.wire.policy_sources import PolicyBundle, PolicyText
-from tests.bench.bench_latency import direct_upstream, percentile
+from tests.bench.bench_latency import http_upstream, percentile
 from tests.support.stack import echo_server, open_stack
 
 
@@ -115,7 +115,7 @@ async def macro(size: int, calls: int) -> None:
     import tempfile
 
     results: dict[str, list[float]] = {}
-    async with direct_upstream() as (_process, url):
+    async with http_upstream() as (_process, url):
         results["direct"] = await latency(url, calls)
     with tempfile.TemporaryDirectory() as tmp:
         async with open_stack(Path(tmp), {"echo": echo_server()}) as stack:

@@ -22,7 +22,7 @@ from mcp import Client
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import trio.lowlevel
 
-from tests.bench.bench_latency import direct_upstream
+from tests.bench.bench_latency import http_upstream
 from tests.support.stack import echo_server, open_stack
 
 
@@ -40,7 +40,7 @@ async def measure(url: str, tool: str, count: int, mode: str) -> list[float]:
 
 async def main(args: argparse.Namespace) -> None:
     rows = []
-    async with direct_upstream() as (_direct, direct_url):
+    async with http_upstream() as (_direct, direct_url):
         with tempfile.TemporaryDirectory() as tmp:
             async with open_stack(Path(tmp), {"echo": echo_server()}) as stack:
                 for mode in ("legacy", "auto"):

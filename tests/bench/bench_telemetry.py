@@ -32,7 +32,7 @@ import trio
 from mcp import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.bench.bench_latency import concurrent, cpu_seconds, direct_upstream, percentile
+from tests.bench.bench_latency import Path_, concurrent, cpu_seconds, http_upstream, percentile
 from tests.support.stack import echo_server, free_port, open_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ class Target:
         self.calls += calls
 
     async def burst(self, clients: int, per_client: int, mode: str) -> None:
-        rate = await concurrent(self.url, self.tool, clients, per_client, mode)
+        rate = await concurrent(Path_("", self.url, self.tool), clients, per_client, mode)
         self.concurrent_calls += clients * per_client
         self.concurrent_seconds += clients * per_client / rate
 
@@ -124,7 +124,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         async with contextlib.AsyncExitStack() as exits:
             tmp = Path(exits.enter_context(tempfile.TemporaryDirectory()))
-            _, direct_url = await exits.enter_async_context(direct_upstream())
+            _, direct_url = await exits.enter_async_context(http_upstream())
             targets["direct"] = Target(direct_url, "echo", {})
             stacks = {}
             for index, (label, env) in enumerate(configs.items()):

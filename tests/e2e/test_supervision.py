@@ -207,7 +207,13 @@ async def test_update_restarts_only_the_changed_server(tmp_path: Path) -> None:
         write_config(stack.config_path, changed, settings)
         code, diff = await stack.actl("reread")
         assert code == 0
-        assert diff == {"added": ["d"], "changed": ["b"], "removed": ["c"], "settings_changed": False}
+        assert diff == {
+            "added": ["d"],
+            "changed": ["b"],
+            "removed": ["c"],
+            "settings_changed": False,
+            "telemetry_changed": False,
+        }
         assert stack.status()["b"]["pid"] == before["b"]["pid"]  # reread changes nothing
 
         code, diff = await stack.actl("update")

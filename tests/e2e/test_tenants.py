@@ -61,6 +61,17 @@ def token_command(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def sse_response(text: str) -> Any:
+    """The JSON-RPC response among a text/event-stream body's events (notifications before it)."""
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(line[5:].removeprefix(" ") for line in block.split("\n") if line.startswith("data:"))
+        if data:
+            message = json.loads(data)
+            if "result" in message or "error" in message:
+                return message
+    raise AssertionError(f"no response in the stream: {text[:300]!r}")
+
+
 class Modern:
     """A 2026-07-28 client by hand: every request stands alone, with the tenant's token."""
 
@@ -93,6 +104,10 @@ class Modern:
     async def rpc(self, method: str, params: dict[str, Any] | None = None, *, path: str = "/mcp/direct") -> Any:
         response = await self.post(method, params, path=path)
         assert response.status_code == 200, (response.status_code, response.text)
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            # An answer that took a while (a busy machine, a large result) turns into a stream of
+            # keep-alive comments and then the response; the client accepted that.
+            return sse_response(response.text)
         return response.json()
 
     async def tool_names(self) -> set[str]:
