@@ -27,6 +27,9 @@ _TARGET: Final = re.compile(rb"/mcp[!$&'()*+,\-./0-9:;=?@A-Z_a-z~]*")
 # Request headers that ask for something only hypercorn does (or refuses properly).
 _HANDED_OVER: Final = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"http2-settings"})
 _HEAD_END: Final = b"\r\n\r\n"
+# How an HTTP/2 client with prior knowledge (h2c) begins: llhttp stops there, and hypercorn serves
+# HTTP/2, refusals of an oversized header block included (GOAWAY or RST_STREAM, not a 400 in HTTP/1.1).
+_H2_PREFACE: Final = b"PRI * HTTP/2.0\r\n"
 
 
 class Plain:
@@ -80,9 +83,21 @@ class RequestReader:
             # As a proxy does once it sees one: what follows is the upgraded protocol's (h2c).
             self.upgraded = True
         except httptools.HttpParserError as exc:
+            if self._h2_preface():
+                self.hand_over = self.upgraded = True  # what follows is HTTP/2 frames, hypercorn's
+                self._in_head = False
+                return True
             self.refused = str(exc) or "malformed request"
             return False
         return True
+
+    def _h2_preface(self) -> bool:
+        """Whether the request llhttp stopped at is HTTP/2's connection preface."""
+        start = self._offset
+        buffer = self.buffer
+        while start < len(buffer) and buffer[start] in b"\r\n":
+            start += 1  # llhttp skips empty lines before a request; so does hypercorn
+        return buffer.startswith(_H2_PREFACE, start)
 
     def head_too_long(self) -> bool:
         """Whether the bytes held outside a request's body have grown past the head limit (hypercorn

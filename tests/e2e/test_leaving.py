@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -136,6 +138,42 @@ async def test_sigterm_to_one_replica_under_steady_load_fails_no_call(tmp_path: 
         assert counts["ok"] > ok_at_exit  # the other replica went on serving
         async with Client(staying.direct_url, mode=MODERN) as client:
             assert text_of(await client.call_tool("echo:echo", {"text": "still here"})) == "still here"
+
+
+@asynccontextmanager
+async def busy_machine(processes: int) -> AsyncIterator[None]:
+    """As many processes spinning on the CPU, so the replicas and HAProxy wait for their turns."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+            process.wait()
+
+
+async def test_sigterm_to_one_replica_of_a_busy_machine_under_many_clients_fails_no_call(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    async with replicas_behind_haproxy(tmp_path, 2, postgres_url) as (replicas, proxy), busy_machine(2):
+        leaving, _staying = replicas
+        failures: list[str] = []
+        counts: dict[str, int] = {}
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for _ in range(12):
+                nursery.start_soon(steady_load, f"{proxy.base_url}/mcp/direct", failures, done, counts)
+            await trio.sleep(2)
+            leaving.process.send_signal(signal.SIGTERM)
+            with trio.fail_after(LEAVE_DELAY + 60):
+                while leaving.process.poll() is None:
+                    await trio.sleep(0.1)
+            ok_at_exit = counts["ok"]
+            await trio.sleep(2)  # and after it: the calls go on, on the other replica
+            done.set()
+        assert leaving.process.returncode == 0, leaving.supervisor_output()
+        assert failures == []
+        assert counts["ok"] > ok_at_exit > 0
 
 
 async def test_a_call_begun_while_leaving_and_outlasting_the_delay_is_answered(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.events
 import h2.exceptions
 import h11
 import pytest
@@ -433,3 +434,28 @@ async def test_an_oversized_http2_header_block_gets_goaway_and_the_connection_is
                             for event in conn.receive_data(data):
                                 frames.add(type(event).__name__)
             assert frames & {"ConnectionTerminated", "StreamReset"}, frames
+
+
+async def test_an_http2_client_with_prior_knowledge_is_served_and_its_oversized_header_block_gets_goaway() -> None:
+    """h2c without an upgrade begins with HTTP/2's preface, which llhttp does not parse: hypercorn
+    serves it, a request as usual and an oversized header block with a GOAWAY, never a 400 in
+    HTTP/1.1 or a reset."""
+    headers = [(":method", "POST"), (":path", "/mcp/h2"), (":scheme", "http"), (":authority", "127.0.0.1")]
+    async with listening(Recorder()) as (server, port):
+        for size, expected in ((100, "StreamEnded"), (100_000, "ConnectionTerminated")):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+            conn.initiate_connection()
+            conn.send_headers(1, [*headers, ("x-big", "a" * size)], end_stream=True)
+            events: list[Any] = []
+            async with stream:
+                with trio.fail_after(30):
+                    await stream.send_all(conn.data_to_send())
+                    while expected not in {type(event).__name__ for event in events}:
+                        data = await stream.receive_some(65536)
+                        assert data, events
+                        events += conn.receive_data(data)
+            if expected == "StreamEnded":
+                body = b"".join(event.data for event in events if isinstance(event, h2.events.DataReceived))
+                assert json.loads(body) == {"method": "POST", "path": "/mcp/h2", "size": 0}
+        assert server.handed_over == 2
