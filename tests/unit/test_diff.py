@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mcpvisor.supervisor.config import loads
 from mcpvisor.supervisor.commands.reread import diff_result
 from mcpvisor.supervisor.commands.reread import render as reread_render
 from mcpvisor.supervisor.commands.update import render as update_render
+from mcpvisor.supervisor.config import loads
 from mcpvisor.supervisor.supervisor import diff_configs
 
 BEFORE = """\
