@@ -222,7 +222,7 @@ async def test_a_reload_decides_waiting_calls_again_and_a_broken_file_changes_no
         assert checked.returncode == 2 and "policies.cedar:8:" in checked.stderr
         # The policies in force stay: a destructive call still waits, a gone client's call is gone.
         target = tmp_path / "files" / "after"
-        for mode in ("legacy",):  # 2026-07-28: see test_a_modern_client_gone_releases_its_waiting_call
+        for mode in ("legacy", "auto"):
             async with holding(stack, tokens["bob"], target, mode) as (call, _outcome, cancel):
                 await cancel()  # the client gives up: its call no longer waits
                 with trio.fail_after(30):
