@@ -11,6 +11,7 @@ from mcpvisor.frontend.door.metrics import Metrics, endpoint_label
 from mcpvisor.frontend.endpoints.auth import Authenticator, Principal, principal_of
 from mcpvisor.frontend.endpoints.boundary import Boundary
 from mcpvisor.frontend.endpoints.console import PREFIX as CONSOLE_PREFIX
+from mcpvisor.frontend.endpoints.http_server import Receive, Scope, Send
 from mcpvisor.frontend.endpoints.limits import TenantLimits
 from mcpvisor.frontend.endpoints.oauth_callback import PATH as OAUTH_CALLBACK
 from mcpvisor.frontend.endpoints.oauth_callback import serve_oauth_callback, serve_oauth_start
@@ -28,9 +29,6 @@ log = logging.getLogger(__name__)
 
 CONSOLE_PATH = f"{CONSOLE_PREFIX}/"  # the web console, where `GET /` sends a browser
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 

@@ -18,7 +18,7 @@ import itertools
 import logging
 import operator
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -32,15 +32,12 @@ from mcpvisor.frontend.endpoints.auth import (
     InvalidToken,
     bearer_token,
 )
-from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY
+from mcpvisor.frontend.endpoints.http_server import CONNECTION_KEY, Receive, Scope, Send
 from mcpvisor.frontend.endpoints.peer import Holders, PeerUnknown, owner_uids, peer_socket, peer_uid, socket_holders
 from mcpvisor.store.state_url import StateStoreError
 
 log = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # Levels of arrays and objects in one request, the JSON-RPC envelope included. Tool arguments
 # nest a handful of levels; a few hundred make parsers recurse until they fail.

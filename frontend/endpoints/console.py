@@ -24,18 +24,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from html import escape
 from importlib import resources
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
 from mcpvisor.frontend.endpoints.auth import PRINCIPAL_KEY, InvalidToken, Principal, bearer_token, principal_of
 from mcpvisor.frontend.endpoints.boundary import send_json
+from mcpvisor.frontend.endpoints.http_server import Receive, Scope, Send
 from mcpvisor.store.tokens import TokenStore
 
 log = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 Admit = Callable[[Scope, Receive, Send], Awaitable[Receive | None]]  # the request boundary
 Authenticate = Callable[[Scope], Awaitable[Principal]]  # a bearer token -> principal (raises InvalidToken)
 

@@ -16,9 +16,8 @@ from typing import Any
 import msgspec
 import trio
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+from mcpvisor.frontend.endpoints.http_server import Receive, Scope, Send
+
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 

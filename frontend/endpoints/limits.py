@@ -8,16 +8,15 @@ never reaches a stack, let alone a worker. A call is a tools/call, resources/rea
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
 
 from mcpvisor.frontend.endpoints.boundary import BODY_KEY
+from mcpvisor.frontend.endpoints.http_server import Send
 from mcpvisor.wire.config import TenantConfig
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 CALL_METHODS: Final = frozenset({"tools/call", "resources/read", "prompts/get"})
 OVER_LIMIT: Final = -32000  # JSON-RPC server error; the message names the limit

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -30,6 +29,7 @@ from mcpvisor.frontend.door.logins import (
     state_of,
 )
 from mcpvisor.frontend.door.router import Router
+from mcpvisor.frontend.endpoints.http_server import Send
 from mcpvisor.store.oauth_store import CALLBACK_METHOD, CALLBACK_PATH, LOGIN_AFTER_OPENING, START_PATH
 from mcpvisor.wire.config import ServerConfig
 from mcpvisor.wire.errors import WireError
@@ -41,8 +41,6 @@ ANSWER_TIMEOUT = 45.0  # the owner exchanges the code for tokens before it answe
 _FIELDS = ("state", "code", "iss", "error", "error_description")
 _MAX_VALUE = 4096
 LOGIN_COOKIE_AGE = LOGIN_AFTER_OPENING
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 async def serve_oauth_callback(

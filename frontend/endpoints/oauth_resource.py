@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,6 +31,7 @@ from joserfc.errors import (
 from joserfc.jwk import Key, KeySet
 
 from mcpvisor.frontend.endpoints.auth import InvalidToken, Principal
+from mcpvisor.frontend.endpoints.http_server import Receive, Scope, Send
 from mcpvisor.runtime.fetch import FetchError, get_json
 from mcpvisor.wire.config import OAuthResourceConfig, TenantConfig
 
@@ -42,10 +43,6 @@ MAX_DOCUMENT_BYTES: Final = 1024 * 1024  # a JWKS or metadata document larger th
 FETCH_TIMEOUT: Final = 10.0
 KEYS_MAX_AGE: Final = 3600.0  # keys are fetched again after this long even when every kid is known
 REFETCH_INTERVAL: Final = 30.0
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class IssuerUnavailable(Exception):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -38,16 +38,13 @@ from mcpvisor.frontend.endpoints.engine import (
     stream_head,
 )
 from mcpvisor.frontend.endpoints.handlers import Context, Table, served
-from mcpvisor.frontend.endpoints.http_server import DISCONNECT_KEY
+from mcpvisor.frontend.endpoints.http_server import DISCONNECT_KEY, Receive, Scope, Send
 from mcpvisor.frontend.endpoints.notices import Notices
 from mcpvisor.frontend.endpoints.rpc import RpcError
 from mcpvisor.frontend.endpoints.sessions import Session
 
 log = logging.getLogger(__name__)
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 KEEPALIVE: Final = 15.0  # seconds between SSE comments on a quiet stream (and before a 2026-07-28 answer turns to SSE)
 WATCH_AFTER: Final = 0.1  # seconds a call runs before its client's connection is watched for going away
@@ -120,22 +117,20 @@ class _Answer:
 
     async def event(self, message: bytes) -> None:
         """A message before the answer: the answer becomes an SSE stream if it was not one yet."""
-        async with self._lock:
-            if self.closed:
-                return
-            if not self.exchange.streaming:
-                await self._start_stream()
-            self.last_output = trio.current_time()
-            await self._send({"type": "http.response.body", "body": event(message), "more_body": True})
+        await self._stream(event(message))
 
     async def ping(self) -> None:
+        """A keep-alive comment, which also turns the answer into an SSE stream."""
+        await self._stream(PING)
+
+    async def _stream(self, body: bytes) -> None:
         async with self._lock:
             if self.closed:
                 return
             if not self.exchange.streaming:
                 await self._start_stream()
             self.last_output = trio.current_time()
-            await self._send({"type": "http.response.body", "body": PING, "more_body": True})
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
 
     async def finish(self, message: bytes, error_code: int | None = None) -> None:
         async with self._lock:
