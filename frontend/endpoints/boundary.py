@@ -96,11 +96,17 @@ class Boundary:
                     send, 503, {"error": "unavailable", "message": message}, headers=[(b"retry-after", b"2")]
                 )
                 return None
-        if scope["method"] != "POST" or not scope["path"].startswith("/mcp") or not _is_json(scope):
+        if scope["method"] != "POST" or not scope["path"].startswith("/mcp"):
             return receive
-        body = await self._read_body(scope, receive)
+        # A body declared too large is refused before anything waits for it, whatever its type.
+        if self._declared_too_large(scope):
+            await self._refuse_too_large(send)
+            return None
+        if not _is_json(scope):
+            return receive
+        body = await self._read_body(receive)
         if body is None:
-            await send_json(send, 413, _rpc_error(INVALID_REQUEST, f"Request body larger than {self.max_body} bytes"))
+            await self._refuse_too_large(send)
             return None
         if (problem := check_json(body)) is not None:
             await send_json(send, 400, _rpc_error(*problem))
@@ -164,11 +170,17 @@ class Boundary:
             raise PeerUnknown("no process outside a sandbox holds its socket")
         return uid
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+    def _declared_too_large(self, scope: Scope) -> bool:
+        return any(
+            name.lower() == b"content-length" and value.strip().isdigit() and int(value) > self.max_body
+            for name, value in scope["headers"]
+        )
+
+    async def _refuse_too_large(self, send: Send) -> None:
+        await send_json(send, 413, _rpc_error(INVALID_REQUEST, f"Request body larger than {self.max_body} bytes"))
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
         """The whole body, or None when it is larger than the limit (read no further than that)."""
-        for name, value in scope["headers"]:
-            if name.lower() == b"content-length" and value.strip().isdigit() and int(value) > self.max_body:
-                return None
         chunks: list[bytes] = []
         size = 0
         while True:

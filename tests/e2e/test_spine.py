@@ -276,6 +276,20 @@ async def test_malformed_and_oversized_requests_get_clear_errors_and_change_noth
                 assert response.json()["error"]["code"] == code
             oversized = await http.post(stack.direct_url, content=b"x" * 100_000, headers=headers)
             assert oversized.status_code == 413
+        # A body declared past the limit and never sent, of any type or none: refused at once, not
+        # a connection held open waiting for it.
+        for kind in (b"Content-Type: application/json\r\n", b"Content-Type: text/plain\r\n", b""):
+            head = (
+                f"POST /mcp/direct HTTP/1.1\r\nHost: 127.0.0.1:{stack.port}\r\nContent-Length: 99999999999\r\n".encode()
+                + kind
+                + b"\r\n"
+            )
+            with trio.fail_after(10):
+                connection = await trio.open_tcp_stream("127.0.0.1", stack.port)
+                async with connection:
+                    await connection.send_all(head)
+                    answer = await connection.receive_some(65536)
+            assert answer.startswith(b"HTTP/1.1 413"), (kind, answer[:200])
         async with stack.client() as client:
             assert (await client.call_tool("echo:echo", {"text": "unharmed"})).content[0].text == "unharmed"
 
