@@ -13,9 +13,11 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h11
+import hpack
 import pytest
 import trio
 from hypercorn.config import Config
@@ -459,3 +461,43 @@ async def test_an_http2_client_with_prior_knowledge_is_served_and_its_oversized_
                 body = b"".join(event.data for event in events if isinstance(event, h2.events.DataReceived))
                 assert json.loads(body) == {"method": "POST", "path": "/mcp/h2", "size": 0}
         assert server.handed_over == 2
+
+
+def _frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+@pytest.mark.parametrize("framing", ["one frame", "continuation frames"])
+async def test_a_megabyte_http2_header_block_gets_goaway_and_the_connection_ends(framing: str) -> None:
+    """A 1 MB header block from a client with prior knowledge: one HEADERS frame past the 16 kB
+    frame size (refused when its frame header is read, FRAME_SIZE_ERROR), or a HEADERS frame and
+    CONTINUATION frames of 16 kB (refused past the header list size). Either way a GOAWAY, then
+    the end of the connection, without a reset. (Encoded without Huffman coding: hpack's Python
+    encoder takes about a minute over a megabyte, which is the client's time, not the server's.)"""
+    headers = [(":method", "POST"), (":path", "/mcp/h2"), (":scheme", "http"), (":authority", "x")]
+    block = hpack.Encoder().encode([*headers, ("x-big", "a" * 1_000_000)], huffman=False)
+    if framing == "one frame":
+        frames = _frame(0x1, 0x5, 1, block)  # HEADERS, END_STREAM | END_HEADERS
+        code = h2.errors.ErrorCodes.FRAME_SIZE_ERROR
+    else:
+        parts = [block[i : i + 16384] for i in range(0, len(block), 16384)]
+        frames = _frame(0x1, 0x1, 1, parts[0])  # HEADERS, END_STREAM
+        for index, part in enumerate(parts[1:], 1):
+            frames += _frame(0x9, 0x4 if index == len(parts) - 1 else 0, 1, part)  # CONTINUATION
+        code = h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+    empty_settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    async with listening(Recorder()) as (server, port):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        conn.initiate_connection()
+        conn.data_to_send()  # what h2 would send: the preface is written by hand below
+        received = b""
+        async with stream:
+            with trio.fail_after(30):
+                await stream.send_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + empty_settings + frames)
+                while data := await stream.receive_some(65536):
+                    received += data
+        events = conn.receive_data(received)
+        ended = [event for event in events if isinstance(event, h2.events.ConnectionTerminated)]
+        assert ended and ended[0].error_code == code, events
+        assert server.handed_over == 1
