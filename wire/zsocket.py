@@ -4,7 +4,8 @@ pyzmq has no trio integration, so this adapter owns the rules that make one corr
 
 - `zmq.FD` is edge-triggered: it signals that `zmq.EVENTS` may have changed, not that a message
   is waiting. So `EVENTS` is checked before every wait, and the receive side drains with
-  `NOBLOCK` until `zmq.Again`.
+  `NOBLOCK` while `EVENTS` shows `POLLIN` (asking costs less than the `zmq.Again` a receive too
+  many raises: pyzmq builds an exception, its errno enum and its message for it).
 - Any call into the socket (send, receive, reading `EVENTS`) can process its pending commands and
   so consume the edge another task is waiting for: after each, whoever waits for what `EVENTS`
   now shows is woken.
@@ -15,6 +16,11 @@ pyzmq has no trio integration, so this adapter owns the rules that make one corr
   peer has room", so a send to a full peer polls instead of waiting on `EVENTS`.
 - `trio.lowlevel.notify_closing` is called before the socket closes, so no task is left waiting
   on a dead fd.
+
+A send that goes at once does not yield to the scheduler (it only checks for cancellation): what
+sends next is the caller's wait for an answer, and a turn of trio's loop between the two is a
+wake-up per call on each side of each hop. A send to a peer at its high-water mark waits, and so
+lets other tasks run.
 
 Flags are plain ints and multipart messages are sent and read frame by frame here: pyzmq's flags
 are `IntFlag`s, whose every `&` and `|` runs Python code (about 1.4 us each), and its
@@ -119,7 +125,9 @@ class ZSocket:
         """Send one message; waits (never drops) while the peer is at its high-water mark.
 
         Raises `zmq.ZMQError` with errno `EHOSTUNREACH` for a ROUTER peer that is not connected.
+        A checkpoint only when cancelled or when it waited (see the module's docstring).
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         poll_delay = 0.001
         while True:
             if self._closed:
@@ -138,7 +146,6 @@ class ZSocket:
                 poll_delay = min(poll_delay * 2, 0.05)
                 continue
             self._kick()
-            await trio.lowlevel.checkpoint()
             return
 
     def send_multipart_nowait(self, frames: Sequence[bytes]) -> bool:
@@ -176,8 +183,9 @@ class ZSocket:
         waited = False
         while True:
             batch: list[list[bytes]] = []
+            events = self._sock.getsockopt
             try:
-                while len(batch) < max_messages:
+                while len(batch) < max_messages and events(_EVENTS) & _POLLIN:
                     batch.append(self._receive())
             except zmq.Again:
                 pass
