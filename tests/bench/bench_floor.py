@@ -22,7 +22,8 @@ target is reachable with this layout at all, this script measures, in one run an
   beyond the calls in flight: no product can be cheaper in this shape, so its figures are a bound
   on what mcpvisor can reach, not a target for it.
 - mcpvisor: the real stack (tests.support.stack.open_stack), tool `echo:echo` on `/mcp/direct`,
-  driven by the same raw client; the frontend's fast path answers these calls.
+  driven by the same raw client; the frontend's MCP engine answers these calls, as it answers every
+  request.
 
 For each: p50/p90 latency of sequential calls, calls per second with `--clients` concurrent
 clients (each its own keep-alive connection), and CPU per call of each process (from
