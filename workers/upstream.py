@@ -37,6 +37,7 @@ from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers import upstream_spans
+from mcpvisor.workers.http_calls import HttpCalls, TooLarge, Unreachable
 from mcpvisor.workers.oauth import Challenge, Record, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
@@ -221,6 +222,7 @@ class Upstream:
         self._lost_reason = ""
         self._rediscover = trio.Event()
         self._channel: StdioChannel | None = None
+        self._http_calls: HttpCalls | None = None  # a streamable-HTTP upstream's pass-through requests
         self._stderr_log = RotatingFile(log_dir / f"{log_stem(name)}.stderr.log")
         self.discoveries = 0  # how many discoveries ran (observable in tests and status)
         self.tool_count = 0
@@ -341,6 +343,7 @@ class Upstream:
             finally:
                 self.session = None
                 self._channel = None
+                self._http_calls = None
             if self._needs_login and self.auth is not None:
                 self._set_state(UpstreamState.AUTHENTICATING, self.login_hint())
                 await self._wait_for_login()
@@ -391,6 +394,8 @@ class Upstream:
                     await session.set_logging_level("debug")
             self.server_name = result.server_info.name if result.server_info else ""
             self.protocol_version = str(result.protocol_version or "")
+            if self._http_calls is not None:
+                self._http_calls.protocol_version = self.protocol_version
             self.initialize_result = _json.encode(result.model_dump(by_alias=True, mode="json", exclude_none=True))
             self.connect_seconds = trio.current_time() - started
             yield session
@@ -431,6 +436,15 @@ class Upstream:
             return await stack.enter_async_context(sse_client(server.url, headers=headers, auth=self.auth))
         http = await stack.enter_async_context(create_mcp_http_client(headers=headers, auth=self.auth))
         http.event_hooks["request"].append(stamp_routing_headers)
+        calls = self._http_calls = HttpCalls(
+            http,
+            server.url,
+            notify=self.hooks.notification,
+            ask=self.hooks.ask,
+            list_changed=self._rediscover.set,
+            max_result=self.max_result,
+        )
+        http.event_hooks["response"].append(calls.see)
         return await stack.enter_async_context(streamable_http_client(server.url, http_client=http))
 
     def _explain(self, message: str) -> str:
@@ -709,6 +723,9 @@ class Upstream:
         channel = self._channel
         if channel is not None and method in PASS_THROUGH:
             return await self._request_raw(channel, method, params)
+        calls = self._http_calls
+        if calls is not None and calls.ready and method in PASS_THROUGH:
+            return await self._request_http(calls, method, params)
         return await self._request_via_session(session, method, params, timeout, request_id)
 
     def start_raw(
@@ -753,6 +770,19 @@ class Upstream:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.mark_lost("the upstream closed the connection")
             raise WireError(ErrorCode.UPSTREAM_GONE, f"server '{self.name}' closed the connection") from None
+
+    async def _request_http(self, calls: HttpCalls, method: str, params: bytes | None) -> Result:
+        try:
+            return await calls.request(method, params)
+        except RawError as exc:
+            raise WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code) from None
+        except TooLarge as exc:
+            message = f"the upstream's result is {exc.size:,} bytes, over the limit of {self.max_result:,}"
+            raise WireError(ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {message} (max_result_bytes)") from None
+        except Unreachable as exc:
+            raise WireError(
+                ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {self.redact(str(exc))}", mcp_code=CONNECTION_CLOSED
+            ) from None
 
     async def _request_via_session(
         self, session: ClientSession, method: str, params: bytes | None, timeout: float, request_id: int
