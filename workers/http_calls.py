@@ -161,12 +161,16 @@ class HttpCalls:
         """Tell the upstream a request it may still be running is given up (the SDK's session does the same)."""
         notice = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": request_id}}
         try:
-            async with stream_within_origin(
-                self.http, "POST", self.url, content=_encode(notice), headers=self._headers()
-            ) as response:
-                await response.aread()
+            await self._post(notice)
         except httpx2.HTTPError as exc:
-            log.debug("could not tell the upstream of a cancelled request: %s", exc)
+            log.debug("could not tell the upstream of a cancelled request: %s", describe(exc))
+
+    async def _post(self, message: dict[str, Any]) -> None:
+        """A message the upstream answers with 202 (a notification, an answer to its question)."""
+        async with stream_within_origin(
+            self.http, "POST", self.url, content=_encode(message), headers=self._headers()
+        ) as response:
+            await response.aread()
 
     async def _answer(self, response: httpx2.Response, request_id: str) -> bytes:
         kind = response.headers.get("content-type", "").lower()
@@ -295,10 +299,7 @@ class HttpCalls:
             if isinstance(answer, types.ErrorData):
                 reply["error"] = {"code": answer.code, "message": answer.message}
         try:
-            async with stream_within_origin(
-                self.http, "POST", self.url, content=_encode(reply), headers=self._headers()
-            ) as response:
-                await response.aread()
+            await self._post(reply)
         except httpx2.HTTPError as exc:
             log.warning("could not give the upstream the client's answer to %s: %s", method, describe(exc))
 
