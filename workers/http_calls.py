@@ -134,6 +134,8 @@ class HttpCalls:
 
     async def request(self, method: str, params: bytes | None) -> bytes:
         """The upstream's JSON result; RawError for its JSON-RPC error, TooLarge, or Unreachable."""
+        if self.http.is_closed:  # the session's connection is being torn down
+            raise Unreachable("the connection to the upstream is closed")
         # Ids of their own: the session's requests are numbered from 0 on the same connection.
         request_id = f"mcpvisor-{next(self._ids)}"
         body = b'{"jsonrpc":"2.0","id":%b,"method":%b' % (_encode(request_id), _encode(method))

@@ -240,3 +240,17 @@ async def test_an_upstream_that_cannot_be_reached_is_said_so() -> None:
         calls.protocol_version = "2025-11-25"
         with pytest.raises(Unreachable):
             await calls.request("tools/call", call("json"))
+
+
+async def test_a_call_after_the_sessions_connection_closed_is_said_unreachable() -> None:
+    """The session's client closes while the worker reconnects: a call that meets it fails with a
+    reason, not httpx's RuntimeError about a closed client."""
+    seen = Seen()
+    http = httpx2.AsyncClient()
+    await http.aclose()
+    calls = HttpCalls(
+        http, "http://127.0.0.1:9/mcp", notify=seen.notify, ask=seen.ask, list_changed=seen.list_changed, max_result=10
+    )
+    calls.protocol_version = "2025-11-25"
+    with pytest.raises(Unreachable, match="closed"):
+        await calls.request("tools/call", call("json"))
