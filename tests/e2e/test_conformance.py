@@ -322,11 +322,30 @@ def test_the_scenario_list_is_the_pinned_suites() -> None:
     assert set(FIXTURE_FREE) <= set(SERVER_SCENARIOS)
 
 
+def timed_out(checks: list[dict[str, Any]] | None) -> bool:
+    """Whether a scenario failed only on the suite client's request timeout (-32001)."""
+    failures = [check for check in checks or () if check.get("status") == "FAILURE"]
+    return bool(failures) and all("-32001" in str(check.get("errorMessage", "")) for check in failures)
+
+
 @pytest.mark.parametrize("scenario", SERVER_SCENARIOS)
-def test_scenario_against_the_fixture_directly(scenario: str, fixture_results: Results) -> None:
+def test_scenario_against_the_fixture_directly(
+    scenario: str, fixture_results: Results, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The baseline: the fixture alone passes the scenario, so a failure through mcpvisor is mcpvisor's.
+
+    With two test runs on two cores, the fixture served alone (no mcpvisor in the path) has missed
+    the suite client's 60 s request timeout in `tools-call-sampling`, twice in many runs: a scenario
+    that failed on that timeout alone runs once more, on a fixture of its own, and that run decides.
+    """
     if scenario.startswith("tasks-"):
         pytest.skip(NO_TASKS)
-    assert_no_failure(scenario, fixture_results.get(scenario))
+    checks = fixture_results.get(scenario)
+    if timed_out(checks):
+        work = tmp_path_factory.mktemp(f"conformance-fixture-again-{scenario}")
+        with fixture_http(work) as url:
+            checks = run_scenarios(url, work / "results", scenario).get(scenario)
+    assert_no_failure(scenario, checks)
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)
