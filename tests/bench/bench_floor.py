@@ -1,6 +1,7 @@
 """The floor of mcpvisor's process layout: what the cheapest Python relay with the same shape costs.
 
     python tests/bench/bench_floor.py [--calls 2000] [--warmup 200] [--clients 16] [--per-client 200]
+                                      [--rounds 1] [--before PYTHON]
 
 mcpvisor carries a call over three hops: the client's HTTP request to a frontend process, a ZeroMQ
 message (ipc) to one worker process per upstream, and a JSON-RPC line on the upstream's stdin;
@@ -24,6 +25,11 @@ target is reachable with this layout at all, this script measures, in one run an
 - mcpvisor: the real stack (tests.support.stack.open_stack), tool `echo:echo` on `/mcp/direct`,
   driven by the same raw client; the frontend's MCP engine answers these calls, as it answers every
   request.
+
+`--before PYTHON` adds another build of mcpvisor (the interpreter of a checkout's virtualenv) in
+front of its own echo upstream, driven the same way: the raw client leaves the client's own CPU out
+of the comparison, which the SDK's client in bench_latency.py does not. With `--rounds N` every
+path is measured N times, in turns, and medians are printed.
 
 For each: p50/p90 latency of sequential calls, calls per second with `--clients` concurrent
 clients (each its own keep-alive connection), and CPU per call of each process (from
@@ -492,8 +498,21 @@ def cmdline(pid: int) -> str:
 
 
 @asynccontextmanager
-async def open_paths(tmp: Path) -> AsyncIterator[dict[str, tuple[int, str, str, dict[str, list[int]]]]]:
-    """Every path running: label -> (port, HTTP path, tool name, process groups by role)."""
+def stack_path(stack: Any) -> tuple[int, str, str, dict[str, list[int]]]:
+    """A running mcpvisor's path to the echo tool, and its processes by role."""
+    worker = stack.status()["echo"]["pid"]
+    upstream = children(worker)
+    frontends = [pid for pid in stack.pids() if "mcpvisor.frontend" in cmdline(pid)]
+    others = sorted(stack.pids() - {worker, *upstream, *frontends})
+    groups = {"front": frontends, "worker": [worker], "upstream": upstream, "other": others}
+    return stack.port, "/mcp/direct", "echo:echo", groups
+
+
+async def open_paths(
+    tmp: Path, before: str | None = None
+) -> AsyncIterator[dict[str, tuple[int, str, str, dict[str, list[int]]]]]:
+    """Every path running: label -> (port, HTTP path, tool name, process groups by role). With
+    `before` (another build's python), that build's mcpvisor too, as "before"."""
     from tests.support.stack import echo_server, free_port, open_stack, wait_listening
 
     me = [sys.executable, str(SELF)]
@@ -513,10 +532,11 @@ async def open_paths(tmp: Path) -> AsyncIterator[dict[str, tuple[int, str, str, 
 
         (tmp / "mcpvisor").mkdir()
         stack = await exits.enter_async_context(open_stack(tmp / "mcpvisor", {"echo": echo_server()}))
-        stack_worker = stack.status()["echo"]["pid"]
-        stack_upstream = children(stack_worker)
-        frontends = [pid for pid in stack.pids() if "mcpvisor.frontend" in cmdline(pid)]
-        others = sorted(stack.pids() - {stack_worker, *stack_upstream, *frontends})
+        builds = {"mcpvisor": stack_path(stack)}
+        if before is not None:
+            (tmp / "before").mkdir()
+            other = await exits.enter_async_context(open_stack(tmp / "before", {"echo": echo_server()}, python=before))
+            builds["before"] = stack_path(other)
         yield {
             "direct": (direct_port, "/mcp", "echo", {"upstream": [direct.pid]}),
             "floor": (
@@ -525,12 +545,7 @@ async def open_paths(tmp: Path) -> AsyncIterator[dict[str, tuple[int, str, str, 
                 "echo",
                 {"front": [front.pid], "worker": [worker.pid], "upstream": children(worker.pid)},
             ),
-            "mcpvisor": (
-                stack.port,
-                "/mcp/direct",
-                "echo:echo",
-                {"front": frontends, "worker": [stack_worker], "upstream": stack_upstream, "other": others},
-            ),
+            **builds,
         }
 
 
@@ -544,34 +559,45 @@ def cpu_cells(row: dict[str, float]) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
-    labels = ["direct", "floor", "mcpvisor"]
-    latency: dict[str, list[float]] = {}
-    rate: dict[str, float] = {}
-    cpu_seq: dict[str, dict[str, float]] = {}
-    cpu_conc: dict[str, dict[str, float]] = {}
+    labels = ["direct", "floor", "mcpvisor", *(["before"] if args.before else [])]
+    p50s: dict[str, list[float]] = {label: [] for label in labels}
+    p90s: dict[str, list[float]] = {label: [] for label in labels}
+    rates: dict[str, list[float]] = {label: [] for label in labels}
+    cpu_seqs: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
+    cpu_concs: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
     with tempfile.TemporaryDirectory(prefix="floor", dir="/tmp") as tmp:  # short: ipc paths are limited
-        async with open_paths(Path(tmp)) as paths:
-            for label in labels:
-                port, path, tool, groups = paths[label]
-                print(f"measuring {label} ...", file=sys.stderr)
-                latency[label], cpu_seq[label] = await sequential(
-                    port, path, tool, args.calls, args.warmup, CpuMeter(groups)
-                )
-                rate[label], cpu_conc[label] = await concurrent(
-                    port, path, tool, args.clients, args.per_client, CpuMeter(groups)
-                )
+        async with open_paths(Path(tmp), args.before) as paths:
+            for round_ in range(args.rounds):
+                # Each round in another order: what runs first on a machine that warms up is not always the same.
+                for label in labels[round_ % len(labels) :] + labels[: round_ % len(labels)]:
+                    port, path, tool, groups = paths[label]
+                    print(f"round {round_ + 1}: measuring {label} ...", file=sys.stderr)
+                    samples, used = await sequential(port, path, tool, args.calls, args.warmup, CpuMeter(groups))
+                    p50s[label].append(statistics.median(samples))
+                    p90s[label].append(percentile(samples, 0.9))
+                    cpu_seqs[label].append(used)
+                    rate, used = await concurrent(port, path, tool, args.clients, args.per_client, CpuMeter(groups))
+                    rates[label].append(rate)
+                    cpu_concs[label].append(used)
 
-    direct_p50 = statistics.median(latency["direct"])
+    def medians(rows: list[dict[str, float]]) -> dict[str, float]:
+        return {name: statistics.median(row[name] for row in rows) for name in rows[0]}
+
+    p50 = {label: statistics.median(p50s[label]) for label in labels}
+    p90 = {label: statistics.median(p90s[label]) for label in labels}
+    calls_per_second = {label: statistics.median(rates[label]) for label in labels}
+    cpu_seq = {label: medians(cpu_seqs[label]) for label in labels}
+    cpu_conc = {label: medians(cpu_concs[label]) for label in labels}
     print(
         f"\nstateless {MODERN} tools/call of echo: {args.calls} sequential calls after {args.warmup} warm-up; "
-        f"{args.clients} clients x {args.per_client} calls concurrently; {os.cpu_count()} cores"
+        f"{args.clients} clients x {args.per_client} calls concurrently; {os.cpu_count()} cores; "
+        f"median of {args.rounds} round(s)"
     )
     print(f"{'path':<10} {'p50 ms':>8} {'p90 ms':>8} {'x direct':>9} {'calls/s':>8} {'x direct':>9}")
     for label in labels:
-        p50 = statistics.median(latency[label])
         print(
-            f"{label:<10} {p50:>8.3f} {percentile(latency[label], 0.9):>8.3f} {p50 / direct_p50:>8.2f}x"
-            f" {rate[label]:>8.0f} {rate[label] / rate['direct']:>8.2f}x"
+            f"{label:<10} {p50[label]:>8.3f} {p90[label]:>8.3f} {p50[label] / p50['direct']:>8.2f}x"
+            f" {calls_per_second[label]:>8.0f} {calls_per_second[label] / calls_per_second['direct']:>8.2f}x"
         )
     columns = " ".join(f"{name:>8}" for name in (*_ROLES, "added", "total"))
     for title, table in (("sequential calls", cpu_seq), (f"{args.clients} concurrent clients", cpu_conc)):
@@ -587,6 +613,10 @@ if __name__ == "__main__":
     parser.add_argument("--warmup", type=int, default=200, help="sequential calls before measuring")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients, one connection each")
     parser.add_argument("--per-client", type=int, default=200, help="calls by each concurrent client")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every path this many times, in turns; medians")
+    parser.add_argument(
+        "--before", metavar="PYTHON", help="also another build of mcpvisor, run by PYTHON (a checkout's virtualenv)"
+    )
     parser.add_argument("--front", nargs=2, metavar=("PORT", "ENDPOINT"), help=argparse.SUPPRESS)
     parser.add_argument("--worker", metavar="ENDPOINT", help=argparse.SUPPRESS)
     args = parser.parse_args()
