@@ -497,7 +497,6 @@ def cmdline(pid: int) -> str:
         return file.read().replace("\0", " ")
 
 
-@asynccontextmanager
 def stack_path(stack: Any) -> tuple[int, str, str, dict[str, list[int]]]:
     """A running mcpvisor's path to the echo tool, and its processes by role."""
     worker = stack.status()["echo"]["pid"]
@@ -508,6 +507,7 @@ def stack_path(stack: Any) -> tuple[int, str, str, dict[str, list[int]]]:
     return stack.port, "/mcp/direct", "echo:echo", groups
 
 
+@asynccontextmanager
 async def open_paths(
     tmp: Path, before: str | None = None
 ) -> AsyncIterator[dict[str, tuple[int, str, str, dict[str, list[int]]]]]:
