@@ -27,15 +27,14 @@ import httpx2
 import mcp_types as types
 import msgspec
 import trio
+from mcp.client.streamable_http import MCP_SESSION_ID
 from mcp.shared._httpx_utils import stream_within_origin
-from pydantic import TypeAdapter, ValidationError
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 
 from mcpvisor.workers.stdio import FORWARDED_NOTIFICATIONS, RawError
 
 log = logging.getLogger(__name__)
 
-SESSION_HEADER: Final = "mcp-session-id"
-VERSION_HEADER: Final = "mcp-protocol-version"
 _ROOM: Final = 64 * 1024  # an answer's envelope around a result of max_result bytes
 _CANCEL_BUDGET: Final = 2.0  # seconds a cancelled call spends telling the upstream
 _DRAIN: Final = 1.0  # seconds a stream may go on after its answer before it is closed
@@ -46,12 +45,6 @@ LIST_CHANGED: Final = frozenset(
         "notifications/prompts/list_changed",
     }
 )
-# What the call's client must answer, and the shape its answer must have.
-_ANSWERS: Final[dict[str, TypeAdapter[Any]]] = {
-    "sampling/createMessage": TypeAdapter(types.CreateMessageResult | types.CreateMessageResultWithTools),
-    "elicitation/create": TypeAdapter(types.ElicitResult),
-    "roots/list": TypeAdapter(types.ListRootsResult),
-}
 
 
 class _Error(msgspec.Struct):
@@ -74,7 +67,8 @@ _decode_params = msgspec.json.Decoder(dict[str, Any])
 _encode = msgspec.json.encode
 
 Notify = Callable[[str, bytes], Awaitable[None]]
-Ask = Callable[[str, dict[str, Any]], Awaitable["dict[str, Any] | types.ErrorData"]]
+# The call's client's answer to the upstream's question, checked (as JSON), or None when no client is asked it.
+Answer = Callable[[str, dict[str, Any]], Awaitable["dict[str, Any] | types.ErrorData | None"]]
 
 
 class TooLarge(Exception):
@@ -98,14 +92,14 @@ class HttpCalls:
         url: str,
         *,
         notify: Notify,
-        ask: Ask,
+        answer: Answer,
         list_changed: Callable[[], None],
         max_result: int,
     ) -> None:
         self.http = http
         self.url = url
         self.notify = notify
-        self.ask = ask
+        self.answer = answer
         self.list_changed = list_changed
         self.max_result = max_result
         self.session_id: str | None = None
@@ -118,7 +112,7 @@ class HttpCalls:
 
     async def see(self, response: httpx2.Response) -> None:
         """The HTTP client's response hook: the session's id, from the answer that gave it."""
-        session_id = response.headers.get(SESSION_HEADER)
+        session_id = response.headers.get(MCP_SESSION_ID)
         if session_id:
             self.session_id = session_id
 
@@ -126,10 +120,10 @@ class HttpCalls:
         headers = {
             "content-type": "application/json",
             "accept": "application/json, text/event-stream",
-            VERSION_HEADER: self.protocol_version,
+            MCP_PROTOCOL_VERSION_HEADER: self.protocol_version,
         }
         if self.session_id:
-            headers[SESSION_HEADER] = self.session_id
+            headers[MCP_SESSION_ID] = self.session_id
         return headers
 
     async def request(self, method: str, params: bytes | None) -> bytes:
@@ -140,24 +134,19 @@ class HttpCalls:
         request_id = f"mcpvisor-{next(self._ids)}"
         body = b'{"jsonrpc":"2.0","id":%b,"method":%b' % (_encode(request_id), _encode(method))
         body += b',"params":%b}' % params if params else b"}"
-        settled = False  # the upstream answered, with a result or an error: nothing to cancel
         try:
             async with stream_within_origin(
                 self.http, "POST", self.url, content=body, headers=self._headers()
             ) as response:
-                try:
-                    result = await self._answer(response, request_id)
-                except (RawError, TooLarge):
-                    settled = True
-                    raise
-                settled = True
-                return result
-        except httpx2.TransportError as exc:
-            raise Unreachable(describe(exc)) from None
-        finally:
-            if not settled:
-                with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_BUDGET):
-                    await self._cancel(request_id)
+                return await self._answer(response, request_id)
+        except (RawError, TooLarge):
+            raise  # the upstream answered, with an error: nothing to cancel
+        except BaseException as exc:  # cancelled, or no answer came: the upstream may still run it
+            with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_BUDGET):
+                await self._cancel(request_id)
+            if isinstance(exc, httpx2.TransportError):
+                raise Unreachable(describe(exc)) from None
+            raise
 
     async def _cancel(self, request_id: str) -> None:
         """Tell the upstream a request it may still be running is given up (the SDK's session does the same)."""
@@ -176,7 +165,7 @@ class HttpCalls:
 
     async def _answer(self, response: httpx2.Response, request_id: str) -> bytes:
         kind = response.headers.get("content-type", "").lower()
-        if response.status_code >= 400 or response.status_code in (202, 204) or 300 <= response.status_code < 400:
+        if not 200 <= response.status_code < 300 or response.status_code in (202, 204):
             raise await self._refusal(response, kind)
         if kind.startswith("application/json"):
             return self._outcome(_decode.decode(await self._read(response)))
@@ -279,27 +268,19 @@ class HttpCalls:
         """Answer a request the upstream put on the call's stream, by asking the call's client."""
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": ask_id}
         if method == "ping":
-            reply["result"] = {}
-        elif (adapter := _ANSWERS.get(method)) is None:
-            reply["error"] = {"code": types.METHOD_NOT_FOUND, "message": f"Method not found: {method}"}
+            answer: dict[str, Any] | types.ErrorData | None = {}
         else:
             try:
                 decoded = _decode_params.decode(params)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 decoded = {}
-            answer = await self.ask(method, decoded)
-            if not isinstance(answer, types.ErrorData):
-                try:
-                    validated = adapter.validate_python(answer, by_name=False)
-                except ValidationError as exc:
-                    first = exc.errors()[0] if exc.errors() else {"msg": str(exc)}
-                    answer = types.ErrorData(
-                        code=types.INTERNAL_ERROR, message=f"the client's answer is invalid: {first.get('msg')}"
-                    )
-                else:
-                    reply["result"] = validated.model_dump(by_alias=True, mode="json", exclude_none=True)
-            if isinstance(answer, types.ErrorData):
-                reply["error"] = {"code": answer.code, "message": answer.message}
+            answer = await self.answer(method, decoded)
+        if answer is None:
+            reply["error"] = {"code": types.METHOD_NOT_FOUND, "message": f"Method not found: {method}"}
+        elif isinstance(answer, types.ErrorData):
+            reply["error"] = {"code": answer.code, "message": answer.message}
+        else:
+            reply["result"] = answer
         try:
             await self._post(reply)
         except httpx2.HTTPError as exc:

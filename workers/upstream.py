@@ -37,7 +37,7 @@ from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers import upstream_spans
-from mcpvisor.workers.http_calls import HttpCalls, TooLarge, Unreachable
+from mcpvisor.workers.http_calls import LIST_CHANGED, HttpCalls, TooLarge, Unreachable
 from mcpvisor.workers.oauth import Challenge, Record, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
@@ -100,6 +100,14 @@ REDISCOVER_QUIET = 0.2
 REDISCOVER_MAX_WAIT = 2.0  # a paginator that never ends must not hang discovery
 
 
+# What an upstream may ask the client of a call, and the type the client's answer must have.
+ANSWER_TYPES: dict[str, TypeAdapter[Any]] = {
+    "sampling/createMessage": TypeAdapter(types.CreateMessageResult | types.CreateMessageResultWithTools),
+    "elicitation/create": TypeAdapter(types.ElicitResult),
+    "roots/list": TypeAdapter(types.ListRootsResult),
+}
+
+
 class ClientHooks:
     """What the upstream's session passes on to the frontend: notifications and client requests.
 
@@ -113,32 +121,38 @@ class ClientHooks:
         await trio.lowlevel.checkpoint()
         return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} is not supported here")
 
+    async def checked(self, method: str, params: dict[str, Any]) -> Any:
+        """The client's answer to one of ANSWER_TYPES, as its result type, or the ErrorData to send."""
+        answer = await self.ask(method, params)
+        if isinstance(answer, types.ErrorData):
+            return answer
+        try:
+            return ANSWER_TYPES[method].validate_python(answer, by_name=False)
+        except ValidationError as exc:
+            return types.ErrorData(
+                code=types.INTERNAL_ERROR, message=f"the client's answer is invalid: {_first_error(exc)}"
+            )
+
+    async def answer(self, method: str, params: dict[str, Any]) -> dict[str, Any] | types.ErrorData | None:
+        """A request an upstream put on a call's stream (workers/http_calls.py): the client's checked
+        answer as JSON, or None for a method no client is asked."""
+        if method not in ANSWER_TYPES:
+            return None
+        result = await self.checked(method, params)
+        return result if isinstance(result, types.ErrorData) else _dump(result)
+
     async def sampling(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
-        return _as_result(
-            await self.ask("sampling/createMessage", _dump(params)),
-            TypeAdapter(types.CreateMessageResult | types.CreateMessageResultWithTools),
-        )
+        return await self.checked("sampling/createMessage", _dump(params))
 
     async def elicitation(self, context: Any, params: types.ElicitRequestParams) -> Any:
-        return _as_result(await self.ask("elicitation/create", _dump(params)), TypeAdapter(types.ElicitResult))
+        return await self.checked("elicitation/create", _dump(params))
 
     async def list_roots(self, context: Any) -> Any:
-        return _as_result(await self.ask("roots/list", {}), TypeAdapter(types.ListRootsResult))
+        return await self.checked("roots/list", {})
 
 
 def _dump(params: Any) -> dict[str, Any]:
     return params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else {}
-
-
-def _as_result(answer: dict[str, Any] | types.ErrorData, adapter: TypeAdapter[Any]) -> Any:
-    if isinstance(answer, types.ErrorData):
-        return answer
-    try:
-        return adapter.validate_python(answer, by_name=False)
-    except ValidationError as exc:
-        return types.ErrorData(
-            code=types.INTERNAL_ERROR, message=f"the client's answer is invalid: {_first_error(exc)}"
-        )
 
 
 class StartupFailed(Exception):
@@ -440,7 +454,7 @@ class Upstream:
             http,
             server.url,
             notify=self.hooks.notification,
-            ask=self.hooks.ask,
+            answer=self.hooks.answer,
             list_changed=self._rediscover.set,
             max_result=self.max_result,
         )
@@ -633,11 +647,7 @@ class Upstream:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ServerNotification):
             method = message.method
-            if method in (
-                "notifications/tools/list_changed",
-                "notifications/resources/list_changed",
-                "notifications/prompts/list_changed",
-            ):
+            if method in LIST_CHANGED:
                 self._rediscover.set()
             elif method in FORWARDED_NOTIFICATIONS and message.params is not None:
                 params = message.params.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -760,7 +770,15 @@ class Upstream:
     def _raw_failure(self, channel: StdioChannel, exc: RawError) -> WireError:
         if exc.code == CONNECTION_CLOSED and channel.closed:
             return self._gone_during_call(channel)
+        return self._upstream_error(exc)
+
+    def _upstream_error(self, exc: RawError) -> WireError:
+        """The upstream's JSON-RPC error to a pass-through request, as the frontend gets it."""
         return WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code)
+
+    def _too_large(self, size: int) -> WireError:
+        message = f"the upstream's result is {size:,} bytes, over the limit of {self.max_result:,}"
+        return WireError(ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {message} (max_result_bytes)")
 
     async def _request_raw(self, channel: StdioChannel, method: str, params: bytes | None) -> Result:
         try:
@@ -775,10 +793,9 @@ class Upstream:
         try:
             return await calls.request(method, params)
         except RawError as exc:
-            raise WireError(ErrorCode.UPSTREAM_ERROR, self.redact(exc.message), mcp_code=exc.code) from None
+            raise self._upstream_error(exc) from None
         except TooLarge as exc:
-            message = f"the upstream's result is {exc.size:,} bytes, over the limit of {self.max_result:,}"
-            raise WireError(ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {message} (max_result_bytes)") from None
+            raise self._too_large(exc.size) from None
         except Unreachable as exc:
             raise WireError(
                 ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {self.redact(str(exc))}", mcp_code=CONNECTION_CLOSED
@@ -827,8 +844,7 @@ class Upstream:
             ) from None
         result = _json.encode(raw)
         if len(result) > self.max_result:
-            message = f"the upstream's result is {len(result):,} bytes, over the limit of {self.max_result:,}"
-            raise WireError(ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {message} (max_result_bytes)")
+            raise self._too_large(len(result))
         return result
 
     async def serve_rediscovery(self) -> None:

@@ -115,7 +115,7 @@ class Seen:
     async def notify(self, method: str, params: bytes) -> None:
         self.notifications.append((method, json.loads(params)))
 
-    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any] | types.ErrorData:
+    async def answer(self, method: str, params: dict[str, Any]) -> dict[str, Any] | types.ErrorData | None:
         self.asked.append((method, params))
         return {"action": "accept", "content": {}}
 
@@ -135,7 +135,7 @@ async def upstream_calls(max_result: int = 1_000_000) -> AsyncIterator[tuple[Ups
         url = binds[0] + "/mcp"
         async with httpx2.AsyncClient() as http:
             calls = HttpCalls(
-                http, url, notify=seen.notify, ask=seen.ask, list_changed=seen.list_changed, max_result=max_result
+                http, url, notify=seen.notify, answer=seen.answer, list_changed=seen.list_changed, max_result=max_result
             )
             calls.session_id, calls.protocol_version = "s1", "2025-11-25"
             yield app, calls, seen
@@ -233,7 +233,7 @@ async def test_an_upstream_that_cannot_be_reached_is_said_so() -> None:
             http,
             "http://127.0.0.1:9/mcp",
             notify=seen.notify,
-            ask=seen.ask,
+            answer=seen.answer,
             list_changed=seen.list_changed,
             max_result=10,
         )
@@ -249,7 +249,12 @@ async def test_a_call_after_the_sessions_connection_closed_is_said_unreachable()
     http = httpx2.AsyncClient()
     await http.aclose()
     calls = HttpCalls(
-        http, "http://127.0.0.1:9/mcp", notify=seen.notify, ask=seen.ask, list_changed=seen.list_changed, max_result=10
+        http,
+        "http://127.0.0.1:9/mcp",
+        notify=seen.notify,
+        answer=seen.answer,
+        list_changed=seen.list_changed,
+        max_result=10,
     )
     calls.protocol_version = "2025-11-25"
     with pytest.raises(Unreachable, match="closed"):
