@@ -226,28 +226,9 @@ async def test_a_cancelled_call_is_cancelled_upstream_too() -> None:
         assert notice["params"] == {"requestId": held["id"]}
 
 
-async def test_an_upstream_that_cannot_be_reached_is_said_so() -> None:
-    async with httpx2.AsyncClient() as http:
-        seen = Seen()
-        calls = HttpCalls(
-            http,
-            "http://127.0.0.1:9/mcp",
-            notify=seen.notify,
-            answer=seen.answer,
-            list_changed=seen.list_changed,
-            max_result=10,
-        )
-        calls.protocol_version = "2025-11-25"
-        with pytest.raises(Unreachable):
-            await calls.request("tools/call", call("json"))
-
-
-async def test_a_call_after_the_sessions_connection_closed_is_said_unreachable() -> None:
-    """The session's client closes while the worker reconnects: a call that meets it fails with a
-    reason, not httpx's RuntimeError about a closed client."""
+def unanswered(http: httpx2.AsyncClient) -> HttpCalls:
+    """Calls on a session whose upstream's port (9, discard) has no server."""
     seen = Seen()
-    http = httpx2.AsyncClient()
-    await http.aclose()
     calls = HttpCalls(
         http,
         "http://127.0.0.1:9/mcp",
@@ -257,5 +238,19 @@ async def test_a_call_after_the_sessions_connection_closed_is_said_unreachable()
         max_result=10,
     )
     calls.protocol_version = "2025-11-25"
+    return calls
+
+
+async def test_an_upstream_that_cannot_be_reached_is_said_so() -> None:
+    async with httpx2.AsyncClient() as http:
+        with pytest.raises(Unreachable):
+            await unanswered(http).request("tools/call", call("json"))
+
+
+async def test_a_call_after_the_sessions_connection_closed_is_said_unreachable() -> None:
+    """The session's client closes while the worker reconnects: a call that meets it fails with a
+    reason, not httpx's RuntimeError about a closed client."""
+    http = httpx2.AsyncClient()
+    await http.aclose()
     with pytest.raises(Unreachable, match="closed"):
-        await calls.request("tools/call", call("json"))
+        await unanswered(http).request("tools/call", call("json"))
