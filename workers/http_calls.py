@@ -83,6 +83,10 @@ class Unreachable(Exception):
     """The request did not get through to the upstream, or its answer stopped half-way."""
 
 
+class Malformed(Exception):
+    """The upstream's answer to the request is not one: not JSON-RPC, or an answer to another id."""
+
+
 class HttpCalls:
     """Requests POSTed on an SDK session's streamable-HTTP connection, outside the session."""
 
@@ -127,7 +131,7 @@ class HttpCalls:
         return headers
 
     async def request(self, method: str, params: bytes | None) -> bytes:
-        """The upstream's JSON result; RawError for its JSON-RPC error, TooLarge, or Unreachable."""
+        """The upstream's JSON result; RawError for its JSON-RPC error, TooLarge, Malformed, or Unreachable."""
         if self.http.is_closed:  # the session's connection is being torn down
             raise Unreachable("the connection to the upstream is closed")
         # Ids of their own: the session's requests are numbered from 0 on the same connection.
@@ -139,7 +143,7 @@ class HttpCalls:
                 self.http, "POST", self.url, content=body, headers=self._headers()
             ) as response:
                 return await self._answer(response, request_id)
-        except (RawError, TooLarge):
+        except (RawError, TooLarge, Malformed):
             raise  # the upstream answered, with an error: nothing to cancel
         except BaseException as exc:  # cancelled, or no answer came: the upstream may still run it
             with trio.CancelScope(shield=True), trio.move_on_after(_CANCEL_BUDGET):
@@ -168,7 +172,14 @@ class HttpCalls:
         if not 200 <= response.status_code < 300 or response.status_code in (202, 204):
             raise await self._refusal(response, kind)
         if kind.startswith("application/json"):
-            return self._outcome(_decode.decode(await self._read(response)))
+            body = await self._read(response)
+            try:
+                message = _decode.decode(body)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise Malformed(f"its answer is not JSON-RPC ({exc})") from None
+            if message.method is not None or message.id != request_id:
+                raise Malformed("its answer is not the answer to this request")
+            return self._outcome(message)
         if kind.startswith("text/event-stream"):
             return await self._stream(response, request_id)
         raise RawError(types.INVALID_REQUEST, f"Unexpected content type: {kind}")
@@ -203,7 +214,7 @@ class HttpCalls:
             if self.session_id is None:
                 return RawError(types.METHOD_NOT_FOUND, "Not Found")
             return RawError(types.INVALID_REQUEST, "Session terminated")
-        return RawError(types.INTERNAL_ERROR, "Server returned an error response")
+        return RawError(types.INTERNAL_ERROR, f"Server returned an error response (HTTP {status})")
 
     def _outcome(self, message: _Message) -> bytes:
         if message.error is not None:
@@ -229,7 +240,8 @@ class HttpCalls:
                 try:
                     message = _decode.decode(event.data.encode())
                 except (msgspec.DecodeError, msgspec.ValidationError):
-                    log.warning("upstream sent an event that is not JSON-RPC: %.200r", event.data)
+                    # Its text is not shown: what an upstream sends may be a user's data.
+                    log.warning("upstream sent an event that is not JSON-RPC (%d bytes): skipped", len(event.data))
                     continue
                 if message.method is None:
                     if message.id == request_id:

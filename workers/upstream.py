@@ -37,7 +37,7 @@ from mcpvisor.wire.sandboxing import SandboxPlan
 from mcpvisor.wire.secrets import Redactor, SecretError, resolve_all
 from mcpvisor.wire.states import UpstreamState
 from mcpvisor.workers import upstream_spans
-from mcpvisor.workers.http_calls import LIST_CHANGED, HttpCalls, TooLarge, Unreachable
+from mcpvisor.workers.http_calls import LIST_CHANGED, HttpCalls, Malformed, TooLarge, Unreachable
 from mcpvisor.workers.oauth import Challenge, Record, UpstreamAuth
 from mcpvisor.workers.routing_headers import stamp_routing_headers
 from mcpvisor.workers.stdio import (
@@ -796,6 +796,10 @@ class Upstream:
             raise self._upstream_error(exc) from None
         except TooLarge as exc:
             raise self._too_large(exc.size) from None
+        except Malformed as exc:
+            raise WireError(
+                ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {exc}", mcp_code=types.INTERNAL_ERROR
+            ) from None
         except Unreachable as exc:
             raise WireError(
                 ErrorCode.UPSTREAM_ERROR, f"server '{self.name}': {self.redact(str(exc))}", mcp_code=CONNECTION_CLOSED

@@ -16,10 +16,13 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from mcpvisor.workers.http_calls import HttpCalls, TooLarge, Unreachable
+from mcpvisor.workers.http_calls import HttpCalls, Malformed, TooLarge, Unreachable
 from mcpvisor.workers.stdio import RawError
 
 RESULT = {"content": [{"type": "text", "text": "done"}], "isError": False}
+
+
+SECRET = "sk-upstream-data-7f3a"
 
 
 def _event(message: dict[str, Any]) -> bytes:
@@ -69,6 +72,13 @@ class Upstream:
             await self._reply(send, 400, json.dumps(error).encode(), "application/json")
         elif tool == "gone":
             await self._reply(send, 404, b"", "text/plain")
+        elif tool == "proxy-error":
+            await self._reply(send, 502, b"<html>bad gateway</html>", "text/html")
+        elif tool == "junk":
+            await self._reply(send, 200, b'{"jsonrpc": "2.0", "id": "x", "result": [[[', "application/json")
+        elif tool == "stranger":
+            answer["id"] = f"{request['id']}-other"
+            await self._reply(send, 200, json.dumps(answer).encode(), "application/json")
         elif tool == "big":
             answer["result"] = {"content": [{"type": "text", "text": "x" * 5000}]}
             await self._reply(send, 200, json.dumps(answer).encode(), "application/json")
@@ -86,6 +96,8 @@ class Upstream:
         ]
         for part in parts:
             await send({"type": "http.response.body", "body": _event(part), "more_body": True})
+        noise = b"event: message\ndata: not json: " + SECRET.encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": noise, "more_body": True})
         if tool == "ask":
             question = {"message": "sure?", "requestedSchema": {"type": "object", "properties": {}}}
             ask = {"jsonrpc": "2.0", "id": "q1", "method": "elicitation/create", "params": question}
@@ -154,13 +166,15 @@ async def test_a_json_answer_is_the_result_and_the_request_carries_the_session()
         assert request["method"] == "tools/call" and str(request["id"]).startswith("mcpvisor-")
 
 
-async def test_a_stream_passes_on_what_comes_before_its_answer() -> None:
+async def test_a_stream_passes_on_what_comes_before_its_answer(caplog: pytest.LogCaptureFixture) -> None:
     async with upstream_calls() as (_app, calls, seen):
         assert json.loads(await calls.request("tools/call", call("stream"))) == RESULT
-        # Progress goes on; a list change means discovery; an unknown notification and an
-        # answer to another request are dropped.
+        # Progress goes on; a list change means discovery; an unknown notification, an answer to
+        # another request and an event that is not JSON are dropped.
         assert seen.notifications == [("notifications/progress", {"progressToken": 7, "progress": 1, "total": 2})]
         assert seen.list_changes == 1
+    # What an upstream sends may hold a user's data: the skipped event is counted, never shown.
+    assert "not JSON-RPC" in caplog.text and SECRET not in caplog.text
 
 
 async def test_calls_answered_on_streams_go_on_one_kept_alive_connection() -> None:
@@ -190,6 +204,27 @@ async def test_an_error_answer_is_the_upstreams_error() -> None:
         with pytest.raises(RawError) as gone:
             await calls.request("tools/call", call("gone"))
         assert (gone.value.code, gone.value.message) == (types.INVALID_REQUEST, "Session terminated")
+
+
+async def test_an_error_status_without_a_json_rpc_error_names_the_status() -> None:
+    async with upstream_calls() as (_app, calls, _seen):
+        with pytest.raises(RawError) as error:
+            await calls.request("tools/call", call("proxy-error"))
+        assert (error.value.code, error.value.message) == (
+            types.INTERNAL_ERROR,
+            "Server returned an error response (HTTP 502)",
+        )
+
+
+@pytest.mark.parametrize(
+    ("tool", "reason"), [("junk", "its answer is not JSON-RPC"), ("stranger", "not the answer to this request")]
+)
+async def test_an_answer_that_is_not_one_is_said_so(tool: str, reason: str) -> None:
+    """Malformed JSON, or an answer under another id: the call fails naming why, and the next call works."""
+    async with upstream_calls() as (_app, calls, _seen):
+        with pytest.raises(Malformed, match=reason):
+            await calls.request("tools/call", call(tool))
+        assert json.loads(await calls.request("tools/call", call("json"))) == RESULT
 
 
 @pytest.mark.parametrize("tool", ["big", "big-stream"])
