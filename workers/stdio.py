@@ -400,7 +400,8 @@ async def open_stdio_upstream(
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValueError as exc:
-            log.warning("upstream wrote a line that is not JSON-RPC: %.200r", line)
+            # Its text is not shown: what an upstream writes may be a user's data.
+            log.warning("upstream wrote a line that is not JSON-RPC (%d bytes)", len(line))
             await to_session.send(exc)
             return
         await to_session.send(SessionMessage(message))

@@ -83,6 +83,37 @@ async def test_large_concurrent_requests_go_out_and_come_back_as_whole_lines(tmp
             assert (await _call(channel, f"small {i}"))["pad"] == f"small {i}"
 
 
+async def test_a_line_that_is_not_json_rpc_is_skipped_and_never_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What an upstream writes may be a user's data: a line that is not JSON-RPC is counted in the log, not quoted."""
+    script = tmp_path / "upstream.py"
+    script.write_text('import sys\nsys.stdout.write("a stray print: sk-stdio-secret-42\\n")\n' + ANSWERING)
+    stderr = RotatingFile(tmp_path / "stderr.log")
+    try:
+        async with open_stdio_upstream(sys.executable, [str(script)], child_environment({}), None, stderr) as (
+            read_stream,
+            write_stream,
+            channel,
+        ):
+            seen: list[object] = []
+
+            async def session() -> None:  # the SDK session's side: it is handed what is not a pass-through answer
+                async for message in read_stream:
+                    seen.append(message)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(session)
+                assert (await _call(channel, "hello"))["pad"] == "hello"
+                nursery.cancel_scope.cancel()
+            assert len(seen) == 1 and isinstance(seen[0], Exception)
+            read_stream.close()
+            write_stream.close()
+    finally:
+        stderr.close()
+    assert "not JSON-RPC" in caplog.text and "sk-stdio-secret-42" not in caplog.text
+
+
 async def test_a_request_to_a_child_that_has_gone_fails_at_once(tmp_path: Path) -> None:
     async with _answering(tmp_path) as channel:
         assert (await _call(channel, "hello"))["pad"] == "hello"
