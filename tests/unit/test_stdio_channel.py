@@ -38,22 +38,25 @@ async def _call(channel: StdioChannel, text: str) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def _upstream(tmp_path: Path, source: str) -> AsyncIterator[StdioChannel]:
-    """A script as an upstream; no SDK session, so its streams are closed at once."""
+async def _spawned(tmp_path: Path, source: str) -> AsyncIterator[Any]:
+    """A script as an upstream: the SDK session's two streams and the pass-through channel."""
     script = tmp_path / "upstream.py"
     script.write_text(source)
     stderr = RotatingFile(tmp_path / "stderr.log")
     try:
-        async with open_stdio_upstream(sys.executable, [str(script)], child_environment({}), None, stderr) as (
-            read_stream,
-            write_stream,
-            channel,
-        ):
-            read_stream.close()
-            write_stream.close()
-            yield channel
+        async with open_stdio_upstream(sys.executable, [str(script)], child_environment({}), None, stderr) as opened:
+            yield opened
     finally:
         stderr.close()
+
+
+@asynccontextmanager
+async def _upstream(tmp_path: Path, source: str) -> AsyncIterator[StdioChannel]:
+    """A script as an upstream; no SDK session, so its streams are closed at once."""
+    async with _spawned(tmp_path, source) as (read_stream, write_stream, channel):
+        read_stream.close()
+        write_stream.close()
+        yield channel
 
 
 @asynccontextmanager
@@ -87,30 +90,21 @@ async def test_a_line_that_is_not_json_rpc_is_skipped_and_never_shown(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """What an upstream writes may be a user's data: a line that is not JSON-RPC is counted in the log, not quoted."""
-    script = tmp_path / "upstream.py"
-    script.write_text('import sys\nsys.stdout.write("a stray print: sk-stdio-secret-42\\n")\n' + ANSWERING)
-    stderr = RotatingFile(tmp_path / "stderr.log")
-    try:
-        async with open_stdio_upstream(sys.executable, [str(script)], child_environment({}), None, stderr) as (
-            read_stream,
-            write_stream,
-            channel,
-        ):
-            seen: list[object] = []
+    noisy = 'import sys\nsys.stdout.write("a stray print: sk-stdio-secret-42\\n")\n' + ANSWERING
+    async with _spawned(tmp_path, noisy) as (read_stream, write_stream, channel):
+        seen: list[object] = []
 
-            async def session() -> None:  # the SDK session's side: it is handed what is not a pass-through answer
-                async for message in read_stream:
-                    seen.append(message)
+        async def session() -> None:  # the SDK session's side: it is handed what is not a pass-through answer
+            async for message in read_stream:
+                seen.append(message)
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(session)
-                assert (await _call(channel, "hello"))["pad"] == "hello"
-                nursery.cancel_scope.cancel()
-            assert len(seen) == 1 and isinstance(seen[0], Exception)
-            read_stream.close()
-            write_stream.close()
-    finally:
-        stderr.close()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session)
+            assert (await _call(channel, "hello"))["pad"] == "hello"
+            nursery.cancel_scope.cancel()
+        assert len(seen) == 1 and isinstance(seen[0], Exception)
+        read_stream.close()
+        write_stream.close()
     assert "not JSON-RPC" in caplog.text and "sk-stdio-secret-42" not in caplog.text
 
 
